@@ -1,0 +1,54 @@
+"""The ``stageopt`` command line: a thin shell that wires subcommands.
+
+Each subcommand lives in ``stageopt/commands/<name>.py`` and provides
+``add_parser(subparsers)`` and ``run(args) -> int``. User errors
+(:class:`stageopt.errors.StageoptError`) become one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from stageopt.errors import StageoptError
+
+COMMANDS = [
+    "inspect",
+    "presets",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors already; keep its message to one line."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse hook
+        self.exit(2, f"stageopt: error: {message} (see 'stageopt {self.prog.split()[-1]} --help')\n"
+                  if " " in self.prog else f"stageopt: error: {message} (see 'stageopt --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="stageopt", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"stageopt.commands.{name}")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except StageoptError as err:
+        print(f"stageopt: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("stageopt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
