@@ -1,0 +1,86 @@
+"""ASTRA-sim's communicator-group file: ``{"<id>": [rank, ...], ...}``.
+
+ASTRA-sim reads it with ``--comm-group-configuration``; a collective's
+``pg_name`` attribute names one of these ids. Id 0 and "" mean "all ranks", so
+file ids must be positive. Reading accepts singleton groups (STAGE writes
+them); the validator reports them, and writing refuses them unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+
+from stageopt.errors import ConfigError
+
+
+def _check_group(path: os.PathLike | str, gid: object, ranks: object) -> list[int]:
+    """One group's ranks as ints, or a ConfigError naming the id and the fix."""
+    if not isinstance(ranks, (list, tuple)) or not ranks:
+        raise ConfigError(f"{path}: group {gid!r} must be a non-empty list of ranks, got {ranks!r}")
+    out: list[int] = []
+    for r in ranks:
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise ConfigError(f"{path}: group {gid!r} has rank {r!r}; ranks are integers >= 0")
+        out.append(int(r))
+    if len(set(out)) != len(out):
+        dup = sorted({r for r in out if out.count(r) > 1})
+        raise ConfigError(f"{path}: group {gid!r} lists rank(s) {dup} more than once; list each rank once")
+    return out
+
+
+def _check_id(path: os.PathLike | str, key: object) -> int:
+    """Group ids are positive integers (0 is reserved for "all ranks")."""
+    try:
+        gid = int(key)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: group id {key!r} is not an integer; use ids 1, 2, 3, ...") from None
+    if isinstance(key, bool) or gid <= 0 or (isinstance(key, str) and key != str(gid)):
+        raise ConfigError(f"{path}: group id {key!r} is invalid; ids are positive integers written plainly (0 and \"\" mean all ranks)")
+    return gid
+
+
+def read_comm_groups(path: os.PathLike | str) -> dict[int, list[int]]:
+    """Parse and check a group file; returns ``{id: [ranks]}`` in file order."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as err:
+        raise ConfigError(f"cannot read comm-group file {path}: {err.strerror}") from err
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); expected {{\"<id>\": [ranks...]}}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object {{\"<id>\": [ranks...]}}, got {type(data).__name__}")
+    return {_check_id(path, k): _check_group(path, k, v) for k, v in data.items()}
+
+
+def write_comm_groups(
+    path: os.PathLike | str,
+    groups: Mapping[int, Iterable[int]],
+    *,
+    allow_singletons: bool = False,
+) -> None:
+    """Write groups sorted by id, one deterministic line, in STAGE/ASTRA-sim's layout.
+
+    A one-rank group is refused by default: a collective over one rank is a
+    no-op that ASTRA-sim still simulates as a ring, so drop the collective instead.
+    """
+    checked: dict[int, list[int]] = {}
+    for key, ranks in groups.items():
+        gid = _check_id(path, key)
+        if gid in checked:
+            raise ConfigError(f"{path}: group id {gid} given twice; ids must be unique")
+        members = _check_group(path, gid, list(ranks))
+        if len(members) == 1 and not allow_singletons:
+            raise ConfigError(
+                f"{path}: group {gid} has a single rank {members}; drop it and its collectives "
+                "(or pass allow_singletons=True)"
+            )
+        checked[gid] = members
+    text = json.dumps({str(g): checked[g] for g in sorted(checked)})
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    except OSError as err:
+        raise ConfigError(f"cannot write comm-group file {path}: {err.strerror}") from err
