@@ -1,0 +1,173 @@
+"""ASTRA-sim system / network / memory inputs derived from a :class:`Hardware`.
+
+Why derived, not hand-written: the analytical model, the replay and ASTRA-sim
+must simulate the same machine, so ASTRA-sim's inputs are computed from the
+same preset (after ``--hw-set`` overrides) rather than kept as parallel files.
+
+Mapping (ASTRA-sim at commit 518bd51, analytical backend):
+
+* network dimensions, innermost first: the NVLink domain (``Switch``, or
+  ``FullyConnected`` for a mesh such as MI300X's Infinity Fabric), then the
+  scale-out tier (``Switch``: the analytical backend models a fat tree or
+  rail-optimized network as one non-blocking switch), then ``interpod`` if the
+  hardware has it and the job spans more than one pod. A tier with a single
+  member is left out. ``npus_count`` multiplies to the number of ranks.
+* ``bandwidth``: ASTRA-sim reads GB/s with 1 GB = 2^30 bytes, the presets give
+  1e9 bytes, so the value written is ``gbps * 1e9 / 2**30``. ``FullyConnected``
+  bandwidth is per peer link: the GPU's total over ``node.gpus - 1`` links.
+* ``latency`` (ns per hop): the tier's end-to-end ``latency_us`` divided by the
+  hops a message takes (2 through a Switch, 1 on a direct link).
+* system: ``system_defaults.json`` from ``simulators/astra-sim/`` plus one
+  collective implementation per dimension (the tier's choice, ASTRA-sim's
+  name), ``peak-perf`` = dense peak of ``dtype`` (TFLOP/s) × ``compute_fraction``,
+  ``local-mem-bw`` = HBM GB/s (1e9) × ``memory_fraction``, roofline enabled.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stageopt.errors import ConfigError
+from stageopt.hardware import SIMULATORS_DIR, DType, Hardware, Tier
+from stageopt.hardware_collectives import ASTRA_SIM_NAMES, COLLECTIVE_KINDS
+
+TEMPLATES_DIR = SIMULATORS_DIR / "astra-sim"
+GIB = 2**30
+_WRITTEN_SYSTEM_KEYS = ("all-reduce-implementation", "all-gather-implementation",
+                        "reduce-scatter-implementation", "all-to-all-implementation",
+                        "local-mem-bw", "peak-perf", "roofline-enabled")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NetworkDim:
+    """One ASTRA-sim network dimension, in ASTRA-sim's units."""
+
+    tier: Tier
+    npus: int
+    topology: str  # "Switch" | "FullyConnected"
+    bandwidth_gib_s: float
+    latency_ns: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AstraSimConfigFiles:
+    """Paths of the three files :func:`write_astra_sim_configs` wrote."""
+
+    system: Path
+    network: Path
+    memory: Path
+
+
+def _tier_sizes(hw: Hardware, n_ranks: int) -> list[tuple[Tier, int]]:
+    """Split ``n_ranks`` over the tiers, innermost first, or say why it cannot be."""
+    if n_ranks < 2:
+        raise ConfigError(f"n_ranks={n_ranks}: ASTRA-sim needs at least 2 ranks; use --gpus 2 or more")
+    tiers = hw.tiers
+    gpus = hw.node.gpus
+    if n_ranks <= gpus:
+        return [(tiers[0], n_ranks)]
+    if n_ranks % gpus:
+        raise ConfigError(f"n_ranks={n_ranks} is not a multiple of node.gpus={gpus}; use a multiple of {gpus} "
+                          f"GPUs (whole scale-up domains)")
+    sizes = [(tiers[0], gpus)] if gpus > 1 else []
+    rest = n_ranks // gpus
+    pod = hw.scaleout.nodes
+    if pod is None or rest <= pod:
+        return sizes + [(tiers[1], rest)]
+    if hw.interpod is None:
+        raise ConfigError(f"n_ranks={n_ranks} needs {rest} nodes but scaleout.nodes={pod} and no interpod tier; "
+                          f"use at most {pod * gpus} GPUs or add an interpod tier")
+    if rest % pod:
+        raise ConfigError(f"n_ranks={n_ranks} spans {rest} nodes, not a multiple of scaleout.nodes={pod}; "
+                          f"use a multiple of {pod * gpus} GPUs")
+    pods = rest // pod
+    if hw.interpod.nodes is not None and pods > hw.interpod.nodes:
+        raise ConfigError(f"n_ranks={n_ranks} needs {pods} pods but interpod.nodes={hw.interpod.nodes}; "
+                          f"use at most {hw.interpod.nodes * pod * gpus} GPUs")
+    return sizes + [(tiers[1], pod), (tiers[2], pods)]
+
+
+def network_dims(hw: Hardware, n_ranks: int) -> tuple[NetworkDim, ...]:
+    """The ASTRA-sim network dimensions for ``n_ranks`` GPUs of ``hw``."""
+    dims = []
+    for tier, npus in _tier_sizes(hw, n_ranks):
+        if tier.topology == "fully_connected":
+            links = max(hw.node.gpus - 1, 1)
+            dims.append(NetworkDim(tier=tier, npus=npus, topology="FullyConnected",
+                                   bandwidth_gib_s=tier.bandwidth_gbps / links * 1e9 / GIB,
+                                   latency_ns=tier.latency_us * 1e3))
+        else:
+            dims.append(NetworkDim(tier=tier, npus=npus, topology="Switch",
+                                   bandwidth_gib_s=tier.bandwidth_gbps * 1e9 / GIB,
+                                   latency_ns=tier.latency_us * 1e3 / 2))
+    return tuple(dims)
+
+
+def _system_defaults() -> dict[str, Any]:
+    path = TEMPLATES_DIR / "system_defaults.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read ASTRA-sim system defaults ({err}); restore the file") from None
+    clash = sorted(set(data) & set(_WRITTEN_SYSTEM_KEYS))
+    if clash:
+        raise ConfigError(f"{path}: key(s) {', '.join(clash)} are derived from the hardware; remove them "
+                          f"(use --hw-set instead)")
+    return dict(data)
+
+
+def astra_sim_configs(hw: Hardware, n_ranks: int, *, dtype: DType = "bf16", compute_fraction: float = 1.0,
+                      memory_fraction: float = 1.0) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Return ``(system, network, memory)`` as ASTRA-sim reads them (JSON / YAML shapes).
+
+    ``compute_fraction`` and ``memory_fraction`` derate the roofline (ASTRA-sim
+    otherwise runs every kernel at full peak); 1.0 keeps the spec-sheet figures.
+    """
+    for name, value in (("compute_fraction", compute_fraction), ("memory_fraction", memory_fraction)):
+        if not 0 < value <= 1:
+            raise ConfigError(f"{name}={value!r} must be in (0, 1]; give e.g. {name}=0.75")
+    dims = network_dims(hw, n_ranks)
+    system = _system_defaults()
+    for kind in COLLECTIVE_KINDS:
+        key = kind.replace("_", "-") + "-implementation"
+        system[key] = [ASTRA_SIM_NAMES[d.tier.collectives.for_kind(kind)] for d in dims]
+    system["local-mem-bw"] = round(hw.gpu.hbm_gbps * memory_fraction, 6)
+    system["roofline-enabled"] = 1
+    system["peak-perf"] = round(hw.gpu.peak(dtype) * compute_fraction, 6)
+    network = {
+        "topology": [d.topology for d in dims],
+        "npus_count": [d.npus for d in dims],
+        "bandwidth": [round(d.bandwidth_gib_s, 6) for d in dims],
+        "latency": [round(d.latency_ns, 6) for d in dims],
+    }
+    memory = json.loads((TEMPLATES_DIR / "memory.json").read_text(encoding="utf-8"))
+    return system, network, memory
+
+
+def format_network_yaml(network: dict[str, Any], hw_name: str = "") -> str:
+    """ASTRA-sim's network YAML (flow lists, one key a line, units in comments)."""
+    def flow(values: list[Any]) -> str:
+        return "[ " + ", ".join(str(v) for v in values) + " ]"
+
+    head = f"# generated by stageopt from hardware '{hw_name}'\n" if hw_name else ""
+    return (head
+            + f"topology: {flow(network['topology'])}\n"
+            + f"npus_count: {flow(network['npus_count'])}\n"
+            + f"bandwidth: {flow(network['bandwidth'])}  # GB/s, 1 GB = 2^30 bytes\n"
+            + f"latency: {flow(network['latency'])}  # ns per hop\n")
+
+
+def write_astra_sim_configs(hw: Hardware, n_ranks: int, out_dir: Path, **options: Any) -> AstraSimConfigFiles:
+    """Write ``system.json``, ``network.yml`` and ``memory.json`` into ``out_dir``."""
+    system, network, memory = astra_sim_configs(hw, n_ranks, **options)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = AstraSimConfigFiles(system=out_dir / "system.json", network=out_dir / "network.yml",
+                                memory=out_dir / "memory.json")
+    files.system.write_text(json.dumps(system, indent=4) + "\n", encoding="utf-8")
+    files.network.write_text(format_network_yaml(network, hw.name), encoding="utf-8")
+    files.memory.write_text(json.dumps(memory, indent=4) + "\n", encoding="utf-8")
+    return files
