@@ -16,6 +16,7 @@ from stageopt.errors import StageoptError
 COMMANDS = [
     "inspect",
     "presets",
+    "validate_trace",
 ]
 
 

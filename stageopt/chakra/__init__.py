@@ -8,9 +8,12 @@ submodules (``schema``, ``attrs``, ``io``, ``comm_groups``, ``template``,
 from stageopt.chakra.attrs import AttrValue, make_attr, node_attrs
 from stageopt.chakra.comm_groups import read_comm_groups, write_comm_groups
 from stageopt.chakra.io import Trace, encode_trace, make_node, read_trace, write_trace
+from stageopt.chakra.template import RANK_SPECIFIC_ATTRS, TraceTemplate
+from stageopt.chakra.validate import ValidationReport, validate_trace_dir
 from stageopt.chakra.schema import SCHEMA_VERSION, AttributeProto, CommType, GlobalMetadata, Node, NodeType
 
 __all__ = [
+    "RANK_SPECIFIC_ATTRS",
     "SCHEMA_VERSION",
     "AttrValue",
     "AttributeProto",
@@ -19,12 +22,15 @@ __all__ = [
     "Node",
     "NodeType",
     "Trace",
+    "TraceTemplate",
+    "ValidationReport",
     "encode_trace",
     "make_attr",
     "make_node",
     "node_attrs",
     "read_comm_groups",
     "read_trace",
+    "validate_trace_dir",
     "write_comm_groups",
     "write_trace",
 ]
