@@ -1,0 +1,251 @@
+"""Typed readers for ASTRA-sim's system JSON and analytical network YAML.
+
+ASTRA-sim (``Sys::initialize_sys``) silently ignores keys it does not know and
+leaves some settings uninitialised when a key is missing. Here every key is
+checked: an unknown key, a missing required key or a bad value is a
+:class:`~stageopt.errors.ConfigError` that names the file, the key and a fix,
+so a typo never turns into a silently different simulation.
+
+Units follow ASTRA-sim at commit 518bd51: ``peak-perf`` is TFLOP/s (x1e12),
+``local-mem-bw`` is GB/s with 1 GB = 1e9 bytes (roofline and reduction time),
+while network ``bandwidth`` is GB/s with 1 GB = 2^30 bytes and ``latency`` ns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import yaml
+
+from stageopt.errors import ConfigError
+
+
+class CollectiveAlgo(str, Enum):
+    """Per-dimension collective implementations the replay simulates."""
+
+    RING = "ring"
+    DIRECT = "direct"
+    HALVING_DOUBLING = "halvingDoubling"
+
+
+class SchedulingPolicy(str, Enum):
+    """Order of chunks waiting in a dimension queue (``scheduling-policy``)."""
+
+    LIFO = "LIFO"
+    FIFO = "FIFO"
+    EXPLICIT = "EXPLICIT"
+
+
+class Topology(str, Enum):
+    """Building block of one network dimension."""
+
+    RING = "Ring"
+    FULLY_CONNECTED = "FullyConnected"
+    SWITCH = "Switch"
+
+
+@dataclass(frozen=True, slots=True)
+class AlgoSpec:
+    """One entry of an ``*-implementation`` list; ``window`` only for ``directN``."""
+
+    algo: CollectiveAlgo
+    window: int = -1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SystemConfig:
+    """The parts of an ASTRA-sim system file that change timing."""
+
+    scheduling_policy: SchedulingPolicy
+    endpoint_delay_ns: int
+    active_chunks_per_dimension: int
+    preferred_dataset_splits: int
+    all_reduce: tuple[AlgoSpec, ...]
+    all_gather: tuple[AlgoSpec, ...]
+    reduce_scatter: tuple[AlgoSpec, ...]
+    all_to_all: tuple[AlgoSpec, ...]
+    local_bw_aware: bool
+    local_mem_bw_gbps: float
+    roofline_enabled: bool
+    peak_perf_tflops: float
+    replay_only: bool
+
+    @property
+    def local_mem_bw_bytes_per_s(self) -> float:
+        """``local-mem-bw`` as ASTRA-sim scales it (x1e9)."""
+        return self.local_mem_bw_gbps * 1e9
+
+    @property
+    def peak_perf_flops(self) -> float:
+        """``peak-perf`` as ASTRA-sim scales it (x1e12)."""
+        return self.peak_perf_tflops * 1e12
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NetworkConfig:
+    """A (multi-dimensional) analytical network: one entry per dimension."""
+
+    topology: tuple[Topology, ...]
+    npus_count: tuple[int, ...]
+    bandwidth_gbps: tuple[float, ...]
+    latency_ns: tuple[float, ...]
+
+    @property
+    def num_npus(self) -> int:
+        """Ranks in the system: the product of ``npus_count``."""
+        total = 1
+        for n in self.npus_count:
+            total *= n
+        return total
+
+    @property
+    def dims(self) -> int:
+        return len(self.topology)
+
+
+# Keys ASTRA-sim reads but that cannot change congestion-unaware timing here
+# (statistics, tracing, LogGP parameters that only matter with a shared bus).
+_IGNORED_SYSTEM_KEYS = frozenset(
+    {"boost-mode", "local-reduction-delay", "trace-enabled", "track-local-mem",
+     "local-mem-trace-filename", "L", "o", "g", "G"}
+)
+_IMPL_KEYS = {
+    "all-reduce-implementation": "all_reduce",
+    "all-gather-implementation": "all_gather",
+    "reduce-scatter-implementation": "reduce_scatter",
+    "all-to-all-implementation": "all_to_all",
+}
+_SYSTEM_KEYS = frozenset(
+    {"scheduling-policy", "endpoint-delay", "active-chunks-per-dimension",
+     "preferred-dataset-splits", "collective-optimization", "local-mem-bw",
+     "roofline-enabled", "peak-perf", "replay-only", "model-shared-bus"}
+    | set(_IMPL_KEYS) | _IGNORED_SYSTEM_KEYS
+)
+_REQUIRED_SYSTEM_KEYS = ("scheduling-policy", "preferred-dataset-splits", "collective-optimization", *_IMPL_KEYS)
+
+
+def _load(path: os.PathLike | str, kind: str) -> Any:
+    """Parse a JSON or YAML file, turning I/O and syntax errors into one line."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as err:
+        raise ConfigError(f"cannot read {kind} config {path}: {err.strerror}") from err
+    try:
+        return json.loads(text) if kind == "system" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"{path}: not valid {'JSON' if kind == 'system' else 'YAML'} ({first})") from err
+
+
+def _number(path: os.PathLike | str, key: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
+    """A numeric value >= ``minimum``; bools and strings are refused."""
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or value < minimum:
+        want = "an integer" if integer else "a number"
+        raise ConfigError(f"{path}: {key!r} must be {want} >= {minimum:g}, got {value!r}")
+    return value
+
+
+def _algo(path: os.PathLike | str, key: str, name: Any) -> AlgoSpec:
+    """Parse one implementation name as ASTRA-sim's CollectiveImplLookup does."""
+    if name == "ring":
+        return AlgoSpec(CollectiveAlgo.RING)
+    if name == "halvingDoubling":
+        return AlgoSpec(CollectiveAlgo.HALVING_DOUBLING)
+    if isinstance(name, str) and name.startswith("direct"):
+        tail = name[len("direct"):]
+        if tail == "":
+            return AlgoSpec(CollectiveAlgo.DIRECT)
+        if tail.isdigit() and int(tail) > 0:
+            return AlgoSpec(CollectiveAlgo.DIRECT, int(tail))
+    raise ConfigError(
+        f"{path}: {key!r} entry {name!r} is not supported by the replay; "
+        "use 'ring', 'direct', 'directN' or 'halvingDoubling'"
+    )
+
+
+def read_system_config(path: os.PathLike | str) -> SystemConfig:
+    """Read an ASTRA-sim system JSON (``--system-configuration``)."""
+    data = _load(path, "system")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of system settings, got {type(data).__name__}")
+    for key in data:
+        if key not in _SYSTEM_KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}; known keys are {', '.join(sorted(_SYSTEM_KEYS))}")
+    for key in _REQUIRED_SYSTEM_KEYS:
+        if key not in data:
+            raise ConfigError(f"{path}: missing key {key!r}; ASTRA-sim needs it (see configs in shared/reference)")
+    policy = data["scheduling-policy"]
+    if policy not in {p.value for p in SchedulingPolicy}:
+        raise ConfigError(f"{path}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {policy!r}")
+    optimization = data["collective-optimization"]
+    if optimization not in ("baseline", "localBWAware"):
+        raise ConfigError(f"{path}: 'collective-optimization' must be 'baseline' or 'localBWAware', got {optimization!r}")
+    if data.get("model-shared-bus", 0) not in (0, False):
+        raise ConfigError(f"{path}: 'model-shared-bus' = 1 (LogGP bus model) is not supported by the replay; set it to 0")
+    impls: dict[str, tuple[AlgoSpec, ...]] = {}
+    for key, field in _IMPL_KEYS.items():
+        names = data[key]
+        if not isinstance(names, list) or not names:
+            raise ConfigError(f"{path}: {key!r} must be a non-empty list with one implementation per dimension")
+        impls[field] = tuple(_algo(path, key, n) for n in names)
+    roofline = _number(path, "roofline-enabled", data.get("roofline-enabled", 0), minimum=0) != 0
+    if roofline:
+        for key in ("peak-perf", "local-mem-bw"):
+            if key not in data:
+                raise ConfigError(f"{path}: missing key {key!r}; the roofline (roofline-enabled = 1) needs it")
+    bw = _number(path, "local-mem-bw", data.get("local-mem-bw", 0), minimum=0)
+    return SystemConfig(
+        scheduling_policy=SchedulingPolicy(policy),
+        endpoint_delay_ns=_number(path, "endpoint-delay", data.get("endpoint-delay", 10), minimum=0, integer=True),
+        active_chunks_per_dimension=_number(
+            path, "active-chunks-per-dimension", data.get("active-chunks-per-dimension", 1), minimum=1, integer=True
+        ),
+        preferred_dataset_splits=_number(
+            path, "preferred-dataset-splits", data["preferred-dataset-splits"], minimum=1, integer=True
+        ),
+        local_bw_aware=optimization == "localBWAware",
+        local_mem_bw_gbps=float(bw),
+        roofline_enabled=roofline,
+        peak_perf_tflops=float(_number(path, "peak-perf", data.get("peak-perf", 0), minimum=0)),
+        replay_only=_number(path, "replay-only", data.get("replay-only", 0), minimum=0) != 0,
+        **impls,
+    )
+
+
+_NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
+
+
+def read_network_config(path: os.PathLike | str) -> NetworkConfig:
+    """Read an analytical-backend network YAML (``--network-configuration``)."""
+    data = _load(path, "network")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a YAML mapping with keys {', '.join(_NETWORK_KEYS)}")
+    for key in data:
+        if key not in _NETWORK_KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}; a network file has exactly {', '.join(_NETWORK_KEYS)}")
+    for key in _NETWORK_KEYS:
+        if key not in data:
+            raise ConfigError(f"{path}: missing key {key!r}; give one value per dimension, e.g. {key}: [ ... ]")
+        if not isinstance(data[key], list) or not data[key]:
+            raise ConfigError(f"{path}: {key!r} must be a non-empty list (one value per dimension)")
+    dims = len(data["topology"])
+    for key in _NETWORK_KEYS[1:]:
+        if len(data[key]) != dims:
+            raise ConfigError(f"{path}: {key!r} has {len(data[key])} entries but 'topology' has {dims}; give one per dimension")
+    topologies = []
+    for name in data["topology"]:
+        if name not in {t.value for t in Topology}:
+            raise ConfigError(f"{path}: 'topology' entry {name!r} is unknown; use Ring, FullyConnected or Switch")
+        topologies.append(Topology(name))
+    counts = tuple(_number(path, "npus_count", n, minimum=2, integer=True) for n in data["npus_count"])
+    bandwidths = tuple(float(_number(path, "bandwidth", b, minimum=0)) for b in data["bandwidth"])
+    if any(b <= 0 for b in bandwidths):
+        raise ConfigError(f"{path}: 'bandwidth' values must be > 0 GB/s, got {list(bandwidths)}")
+    latencies = tuple(float(_number(path, "latency", x, minimum=0)) for x in data["latency"])
+    return NetworkConfig(topology=tuple(topologies), npus_count=counts, bandwidth_gbps=bandwidths, latency_ns=latencies)

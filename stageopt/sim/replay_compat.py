@@ -1,0 +1,182 @@
+"""Replay a Chakra trace set exactly as ASTRA-sim's analytical backend would time it.
+
+Glue only: read ``PREFIX.<rank>.et`` for every rank, turn each node into an
+:class:`~stageopt.sim.events.Op` (computing roofline times here, as ASTRA-sim's
+workload layer does at issue time), run :mod:`stageopt.sim.events`, and report
+per rank what ASTRA-sim prints: ``sys[R] finished, T cycles, exposed
+communication E cycles.`` with E = T - GPU compute time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stageopt.chakra import CommType, NodeType, node_attrs, read_comm_groups, read_trace
+from stageopt.errors import ConfigError, SimulatorError
+from stageopt.sim.astra_configs import NetworkConfig, SystemConfig, read_network_config, read_system_config
+from stageopt.sim.collectives import SIMULATED_TYPES
+from stageopt.sim.events import Op, OpKind, Slot, simulate
+
+
+@dataclass(frozen=True, slots=True)
+class RankTiming:
+    """One rank's line of ASTRA-sim output."""
+
+    rank: int
+    cycles: int
+    exposed_comm_cycles: int
+
+    def astra_line(self) -> str:
+        return f"sys[{self.rank}] finished, {self.cycles} cycles, exposed communication {self.exposed_comm_cycles} cycles."
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Per-rank timings of one replay; the step time is the slowest rank (1 cycle = 1 ns)."""
+
+    ranks: tuple[RankTiming, ...]
+
+    @property
+    def max_cycles(self) -> int:
+        return max(r.cycles for r in self.ranks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_cycles": self.max_cycles,
+            "per_rank_cycles": [r.cycles for r in self.ranks],
+            "per_rank_exposed_comm": [r.exposed_comm_cycles for r in self.ranks],
+        }
+
+
+def roofline_ns(num_ops: int, tensor_size: int, system: SystemConfig) -> int:
+    """GPU time of a compute node under ASTRA-sim's roofline, in ns (truncated as ASTRA-sim does).
+
+    perf = min(local_mem_bw x num_ops / tensor_size, peak_perf); time = num_ops / perf.
+    A node without operations takes no time (ASTRA-sim's result would be 0/0).
+    """
+    if num_ops == 0:
+        return 0
+    ops = float(num_ops)
+    intensity = ops / float(tensor_size)
+    perf = min(system.local_mem_bw_bytes_per_s * intensity, system.peak_perf_flops)
+    return int(ops / perf * 1e9)
+
+
+def _int_attr(attrs: Mapping[str, object], name: str, where: str, default: int | None = None) -> int:
+    value = attrs.get(name, default)
+    if value is None:
+        raise ConfigError(f"{where}: missing attribute {name!r}; ASTRA-sim needs it for this node type")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: attribute {name!r} must be an integer, got {value!r}; ASTRA-sim never reads a float as an integer")
+    return value
+
+
+def _group(attrs: Mapping[str, object], where: str) -> int:
+    pg = attrs.get("pg_name", "")
+    if not isinstance(pg, str):
+        raise ConfigError(f"{where}: attribute 'pg_name' must be a string (the communicator-group id), got {pg!r}")
+    if pg in ("", "0"):
+        return 0
+    if not pg.isdigit():
+        raise ConfigError(f"{where}: pg_name {pg!r} is not a group id; use the id of a group in the comm-group file")
+    return int(pg)
+
+
+def _replay_ns(node: Any) -> int:
+    """ASTRA-sim's replayed duration: duration_micros x 1000, or 1 ns when zero."""
+    return node.duration_micros * 1000 if node.duration_micros else 1
+
+
+def node_to_op(node: Any, rank: int, system: SystemConfig, where: str) -> Op:
+    """Translate one Chakra node into the engine's record."""
+    attrs = node_attrs(node)
+    deps = tuple(node.data_deps) + tuple(node.ctrl_deps)
+    cpu = bool(attrs.get("is_cpu_op", False))
+    ntype = node.type
+    if ntype == NodeType.METADATA_NODE:
+        raise ConfigError(f"{where}: METADATA_NODE in the node stream makes ASTRA-sim abort; remove it")
+    if ntype in (NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE):
+        raise ConfigError(f"{where}: remote-memory nodes (MEM_LOAD/MEM_STORE) are not supported by the replay")
+    if ntype == NodeType.INVALID_NODE:
+        return Op(node.id, OpKind.SKIP, Slot.CPU if cpu else Slot.COMM, deps)
+    if ntype == NodeType.COMP_NODE:
+        slot = Slot.CPU if cpu else Slot.GPU
+        if system.roofline_enabled and not system.replay_only and not cpu:
+            tensor_size = _int_attr(attrs, "tensor_size", where, 0)
+            if tensor_size == 0:
+                return Op(node.id, OpKind.SKIP, slot, deps)
+            num_ops = _int_attr(attrs, "num_ops", where, 0)
+            return Op(node.id, OpKind.COMPUTE, slot, deps, roofline_ns(num_ops, tensor_size, system), True)
+        return Op(node.id, OpKind.COMPUTE, slot, deps, _replay_ns(node), not cpu)
+    if ntype not in (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+        raise ConfigError(f"{where}: unknown node type {ntype}; ASTRA-sim aborts on it")
+    slot = Slot.NONE if ntype == NodeType.COMM_RECV_NODE else Slot.COMM
+    if system.replay_only:
+        return Op(node.id, OpKind.COMPUTE, Slot.CPU if cpu else slot, deps, _replay_ns(node), not cpu)
+    if cpu:
+        raise ConfigError(f"{where}: a communication node with is_cpu_op set makes ASTRA-sim abort; clear is_cpu_op")
+    size = _int_attr(attrs, "comm_size", where)
+    if ntype == NodeType.COMM_COLL_NODE:
+        ctype = _int_attr(attrs, "comm_type", where)
+        if ctype == CommType.BROADCAST:
+            return Op(node.id, OpKind.DELAY, Slot.COMM, deps, _replay_ns(node))
+        if ctype not in SIMULATED_TYPES:
+            name = CommType(ctype).name if ctype in CommType._value2member_map_ else str(ctype)
+            raise ConfigError(f"{where}: collective type {name} is not simulated by ASTRA-sim (it aborts); "
+                              "use ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL or BROADCAST")
+        involved = attrs.get("involved_dim")
+        dims = tuple(bool(v) for v in involved) if isinstance(involved, list) else None
+        return Op(node.id, OpKind.COLLECTIVE, Slot.COMM, deps, comm_type=CommType(ctype), size=size,
+                  group=_group(attrs, where), priority=_int_attr(attrs, "comm_priority", where, 0), involved_dims=dims)
+    tag = _int_attr(attrs, "comm_tag", where, 0)
+    if ntype == NodeType.COMM_SEND_NODE:
+        src = _int_attr(attrs, "comm_src", where, rank)
+        if src != rank:
+            raise ConfigError(f"{where}: send node has comm_src={src}; a send must be issued by its source rank")
+        return Op(node.id, OpKind.SEND, Slot.COMM, deps, size=size, peer=_int_attr(attrs, "comm_dst", where), tag=tag)
+    dst = _int_attr(attrs, "comm_dst", where, rank)
+    if dst != rank:
+        raise ConfigError(f"{where}: receive node has comm_dst={dst}; a receive must be issued by its destination rank")
+    return Op(node.id, OpKind.RECV, Slot.NONE, deps, size=size, peer=_int_attr(attrs, "comm_src", where), tag=tag)
+
+
+def load_programs(prefix: str | os.PathLike, num_ranks: int, system: SystemConfig) -> list[list[Op]]:
+    """Read ``PREFIX.<rank>.et`` for every rank and convert its nodes."""
+    programs = []
+    for rank in range(num_ranks):
+        path = f"{os.fspath(prefix)}.{rank}.et"
+        if not os.path.exists(path):
+            raise ConfigError(f"trace {path} does not exist; the network has {num_ranks} ranks, so PREFIX.0.et .. "
+                              f"PREFIX.{num_ranks - 1}.et are needed")
+        trace = read_trace(path)
+        programs.append([node_to_op(n, rank, system, f"{path} node {n.id}") for n in trace.nodes])
+    return programs
+
+
+def replay_programs(programs: Sequence[Sequence[Op]], groups: Mapping[int, Sequence[int]],
+                    system: SystemConfig, network: NetworkConfig) -> ReplayResult:
+    """Run prepared programs; a rank that never finishes is an error, as ASTRA-sim would hang."""
+    results = simulate(programs, groups, system, network)
+    stuck = [r for r, res in enumerate(results) if res.finish_ns is None]
+    if stuck:
+        raise SimulatorError(
+            f"rank(s) {stuck} never finish: a dependency or message is never satisfied (e.g. a send without a "
+            "matching receive, or a collective on a one-rank group), so ASTRA-sim would not finish either"
+        )
+    return ReplayResult(tuple(
+        RankTiming(r, res.finish_ns, res.finish_ns - res.compute_ns)  # type: ignore[operator]
+        for r, res in enumerate(results)
+    ))
+
+
+def replay_trace_set(workload: str | os.PathLike, comm_group: str | os.PathLike | None,
+                     system_path: str | os.PathLike, network_path: str | os.PathLike) -> ReplayResult:
+    """Replay ``workload.<rank>.et`` with ASTRA-sim's config files; the command-line entry point."""
+    system = read_system_config(system_path)
+    network = read_network_config(network_path)
+    groups = read_comm_groups(comm_group) if comm_group else {}
+    programs = load_programs(workload, network.num_npus, system)
+    return replay_programs(programs, groups, system, network)
