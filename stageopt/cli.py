@@ -17,6 +17,7 @@ COMMANDS = [
     "inspect",
     "presets",
     "validate_trace",
+    "replay",
 ]
 
 
