@@ -1,0 +1,350 @@
+"""Hardware presets, overrides, validation, efficiency and collective models, ASTRA-sim writers."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stageopt.errors import ConfigError
+from stageopt.hardware import (
+    PRESETS_DIR,
+    Hardware,
+    apply_hw_overrides,
+    hw_override_keys,
+    list_hardware_presets,
+    load_hardware,
+)
+from stageopt.hardware_astrasim import astra_sim_configs, network_dims, write_astra_sim_configs
+from stageopt.hardware_collectives import CollectiveAlgorithms, alpha_beta_terms, collective_time_s
+from stageopt.hardware_efficiency import KernelEfficiency
+
+REF_CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "astra-sim" / "configs"
+needs_reference = pytest.mark.skipif(not REF_CONFIGS.is_dir(), reason="../shared reference not present")
+
+# Spec-sheet figures the presets must carry: (dense bf16 TFLOP/s, HBM GiB, NVLink GB/s per direction,
+# GPUs per NVLink domain, scale-out GB/s per GPU).
+SPEC = {
+    "a100-80g": (312, 80, 300, 8, 25),
+    "h100-sxm": (989.4, 80, 450, 8, 50),
+    "h200-sxm": (989.4, 141, 450, 8, 50),
+    "b200": (2250, 180, 900, 8, 50),
+    "gb200-nvl72": (2500, 186, 900, 72, 50),
+    "mi300x": (1307.4, 192, 448, 8, 50),
+}
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def test_preset_list_is_the_yaml_files() -> None:
+    assert list_hardware_presets() == sorted(SPEC)
+
+
+@pytest.mark.parametrize("name", sorted(SPEC))
+def test_every_preset_loads_with_spec_figures(name: str) -> None:
+    hw = load_hardware(name)
+    bf16, hbm, nvlink, gpus, scaleout = SPEC[name]
+    assert hw.name == name
+    assert hw.gpu.peak("bf16") == pytest.approx(bf16)
+    assert hw.gpu.hbm_gib == pytest.approx(hbm)
+    assert hw.node.bandwidth_gbps == nvlink and hw.node.gpus == gpus
+    assert hw.scaleout.bandwidth_gbps == scaleout
+    assert hw.cost_per_gpu_hour > 0
+    assert hw.gpu.peak_tflops.fp32 < hw.gpu.peak("bf16")
+    if hw.gpu.peak_tflops.fp8 is not None:
+        assert hw.gpu.peak("fp8") == pytest.approx(2 * bf16, rel=1e-3)  # FP8 is twice BF16 on all of these
+    text = (PRESETS_DIR / f"{name}.yaml").read_text()
+    assert "Sources:" in text and "assumption" in text  # every preset says where its figures come from
+
+
+def test_preset_by_path_equals_preset_by_name() -> None:
+    assert load_hardware(PRESETS_DIR / "h100-sxm.yaml") == load_hardware("h100-sxm")
+    assert load_hardware(str(PRESETS_DIR / "h100-sxm.yaml")) == load_hardware("h100-sxm")
+
+
+def test_hardware_is_hashable_and_pickles() -> None:
+    hw = load_hardware("b200")
+    assert pickle.loads(pickle.dumps(hw)) == hw
+    assert hash(hw) == hash(load_hardware("b200"))
+
+
+def test_a100_has_no_fp8() -> None:
+    with pytest.raises(ConfigError, match="no fp8 tensor cores"):
+        load_hardware("a100-80g").gpu.peak("fp8")
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def test_overrides_apply_and_leave_original_alone() -> None:
+    hw = load_hardware("h100-sxm")
+    new = apply_hw_overrides(hw, [
+        "gpu.hbm_gib=96", "gpu.hbm_gbps=4000", "node.gpus=16", "node.bandwidth_gbps=900",
+        "scaleout.bandwidth_gbps=100", "scaleout.latency_us=2.5", "gpu.efficiency.matmul.peak_fraction=0.6",
+        "node.collectives.all_reduce=tree", "cost_per_gpu_hour=1e1", "scaleout.nodes=32",
+    ])
+    assert (new.gpu.hbm_gib, new.gpu.hbm_gbps, new.node.gpus, new.node.bandwidth_gbps) == (96, 4000, 16, 900)
+    assert (new.scaleout.bandwidth_gbps, new.scaleout.latency_us, new.scaleout.nodes) == (100, 2.5, 32)
+    assert new.gpu.efficiency.matmul.peak_fraction == 0.6 and new.node.collectives.all_reduce == "tree"
+    assert new.cost_per_gpu_hour == 10.0
+    assert hw == load_hardware("h100-sxm")  # unchanged
+    assert apply_hw_overrides(new, ["scaleout.nodes=null"]).scaleout.nodes is None
+
+
+def test_peak_tflops_override_scales_every_dtype() -> None:
+    hw = apply_hw_overrides(load_hardware("h100-sxm"), ["gpu.peak_tflops=1978.8"])
+    p = hw.gpu.peak_tflops
+    assert p.bf16 == pytest.approx(1978.8) and p.fp8 == pytest.approx(3957.8) and p.fp32 == pytest.approx(133.8)
+    one = apply_hw_overrides(load_hardware("h100-sxm"), ["gpu.peak_tflops.fp8=3000"]).gpu.peak_tflops
+    assert one.fp8 == 3000 and one.bf16 == pytest.approx(989.4)
+
+
+def test_every_scalar_is_overridable() -> None:
+    keys = hw_override_keys()
+    for key in ("gpu.peak_tflops", "gpu.hbm_gib", "gpu.hbm_gbps", "node.gpus", "node.bandwidth_gbps",
+                "scaleout.bandwidth_gbps", "scaleout.latency_us", "gpu.efficiency.memory_fraction"):
+        assert key in keys
+    assert "gpu.efficiency" not in keys  # groups are not values
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "hw.yaml"
+    path.write_text(text)
+    return path
+
+
+def _h100_text() -> str:
+    return (PRESETS_DIR / "h100-sxm.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda t: t.replace("  hbm_gbps: 3350\n", ""), r"gpu: missing key\(s\) hbm_gbps"),
+        (lambda t: t.replace("hbm_gib: 80", "hbm_gib: 80\n  hbm_gbs: 3"), "unknown key 'hbm_gbs'; did you mean 'hbm_gbps'"),
+        (lambda t: t + "colour: red\n", "hw.yaml: unknown key 'colour'"),
+        (lambda t: t.replace("bandwidth_gbps: 450", "bandwidth_gbps: -450"), r"Node.bandwidth_gbps = -450.0 must be > 0"),
+        (lambda t: t.replace("bandwidth_gbps: 50", "bandwidth_gbps: 0"), r"ScaleOut.bandwidth_gbps = 0.0 must be > 0"),
+        (lambda t: t.replace("bf16: 989.4", "bf16: 0"), r"PeakTflops.bf16 = 0.0 must be > 0"),
+        (lambda t: t.replace("hbm_gib: 80", "hbm_gib: lots"), r"gpu.hbm_gib = 'lots' is not a number"),
+        (lambda t: t.replace("hbm_gbps: 3350", "hbm_gbps: 3.35e3"), r"gpu.hbm_gbps = '3.35e3' is not a number.*1.0e3"),
+        (lambda t: t.replace("gpus: 8", "gpus: 8.5"), r"node.gpus = 8.5 is not an integer"),
+        (lambda t: t.replace("topology: switch", "topology: torus"), r"node.topology = 'torus' must be one of"),
+        (lambda t: t.replace("all_to_all: direct}\nscaleout", "all_to_all: tree}\nscaleout"),
+         r"all_to_all = 'tree' is not supported; choose one of ring, direct"),
+        (lambda t: t.replace("peak_fraction: 0.75, overhead_us: 4.0, tile", "peak_fraction: 1.5, overhead_us: 4.0, tile"),
+         r"MatmulEfficiency.peak_fraction = 1.5 must be <= 1"),
+        (lambda t: t.replace("cost_per_gpu_hour: 3.0", "cost_per_gpu_hour: -1"), r"cost_per_gpu_hour = -1.0 must be > 0"),
+        (lambda t: yaml.safe_dump({**yaml.safe_load(t), "gpu": 3}), r"hw.yaml.gpu = 3 must be a mapping \(Gpu\)"),
+        (lambda t: t + "name: again\n", r"duplicate key 'name'"),
+        (lambda t: t.replace("node:\n  gpus: 8", "node:\n  gpus: [8"), r"hw.yaml:\d+:\d+: malformed YAML"),
+        (lambda t: "- just\n- a list\n", "top level must be a mapping"),
+        (lambda t: t + "interpod: {bandwidth_gbps: 10, latency_us: 20}\n", "interpod is set but scaleout.nodes is null"),
+    ],
+)
+def test_bad_files_name_the_field(tmp_path: Path, edit, match: str) -> None:  # type: ignore[no-untyped-def]
+    text = edit(_h100_text())
+    assert text != _h100_text()
+    with pytest.raises(ConfigError, match=match) as info:
+        load_hardware(_write(tmp_path, text))
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_preset_lists_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown hardware preset 'h100'; did you mean 'h100-sxm'\? "
+                                          r"known presets: a100-80g, b200, .*mi300x"):
+        load_hardware("h100")
+    with pytest.raises(ConfigError, match="hardware file 'nowhere/x.yaml' not found"):
+        load_hardware("nowhere/x.yaml")
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("node.bandwith_gbps=900", "'node.bandwith_gbps' is not a hardware field; did you mean 'node.bandwidth_gbps'"),
+        ("gpu.hbm=100", "did you mean 'gpu.hbm_gbps'|did you mean 'gpu.hbm_gib'"),
+        ("node.bandwidth_gbps=fast", r"node.bandwidth_gbps = 'fast' is not a number"),
+        ("node.bandwidth_gbps=-1", r"Node.bandwidth_gbps = -1.0 must be > 0"),
+        ("gpu.peak_tflops=0", r"PeakTflops.bf16 = 0.0 must be > 0"),
+        ("node.gpus=0", r"Node.gpus = 0 must be >= 1"),
+        ("node.gpus", "is not key=value"),
+        ("gpu.efficiency=1", "is a group, not a value; set one of gpu.efficiency.attention_backward"),
+        ("node.topology=ring", r"node.topology = 'ring' must be one of 'switch', 'fully_connected'"),
+        ("interpod.bandwidth_gbps=10", "interpod is not defined in this hardware"),
+        ("scaleout.latency_us=nan", "is not finite"),
+    ],
+)
+def test_bad_overrides_name_the_key(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        apply_hw_overrides(load_hardware("h100-sxm"), [override])
+    assert "\n" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- efficiency
+
+
+def test_kernel_efficiency_is_a_saturating_curve() -> None:
+    eff = KernelEfficiency(peak_fraction=0.8, overhead_us=5.0)
+    peak = 1000.0  # TFLOP/s
+    f_half = 0.8 * 1000e12 * 5e-6  # = 4e9 FLOPs
+    assert eff.half_saturation_flops(peak) == pytest.approx(f_half)
+    assert eff.efficiency(f_half, peak) == pytest.approx(0.4)
+    assert eff.efficiency(1e15, peak) == pytest.approx(0.8 * 1e15 / (1e15 + f_half))
+    assert eff.time_s(4e9, peak) == pytest.approx(5e-6 + 4e9 / 0.8e15)
+    assert eff.efficiency(1e6, peak) < eff.efficiency(1e9, peak) < eff.efficiency(1e12, peak) < 0.8
+
+
+def test_matmul_time_against_hand_roofline() -> None:
+    gpu = load_hardware("h100-sxm").gpu  # matmul 0.75 of 989.4, 4 us, tile 128; HBM 3350 GB/s x 0.85
+    m, n, k = 8192, 8192, 8192
+    compute = 4e-6 + 2 * m * n * k / (0.75 * 989.4e12)
+    assert gpu.matmul_time_s(m, n, k) == pytest.approx(compute)
+    # m = 1000 pads to 8 tiles of 128 rows: as slow as m = 1024 (compute bound here).
+    assert gpu.matmul_time_s(1000, 8192, 8192) == pytest.approx(4e-6 + 2 * 1024 * 8192 * 8192 / (0.75 * 989.4e12))
+    assert gpu.efficiency.matmul.efficiency(1000, 8192, 8192, 989.4) < gpu.efficiency.matmul.efficiency(
+        1024, 8192, 8192, 989.4)
+    # A skinny GEMM (m = 1 pads to 128) is memory bound: reads an 8192x8192 bf16 weight.
+    skinny = 4e-6 + (8192 + 8192 * 8192 + 8192) * 2 / (3350e9 * 0.85)
+    assert gpu.matmul_time_s(1, 8192, 8192) == pytest.approx(skinny)
+    assert gpu.matmul_time_s(0, 8192, 8192) == 0.0
+    assert gpu.memory_time_s(3350e9 * 0.85) == pytest.approx(1.0)
+    assert gpu.attention_time_s(1e12) == pytest.approx(4e-6 + 1e12 / (0.75 * 989.4e12))
+    assert gpu.attention_time_s(1e12, backward=True) == pytest.approx(6e-6 + 1e12 / (0.55 * 989.4e12))
+
+
+# ----------------------------------------------------------------------------- collectives
+
+
+def test_ring_all_reduce_alpha_beta() -> None:
+    # 8 ranks, 1 GB over 450 GB/s, 1 us: 2*7 steps, each rank moves 2*7/8 of the buffer.
+    t = collective_time_s("all_reduce", "ring", 1e9, 8, 450.0, 1.0)
+    assert t == pytest.approx(14e-6 + 1.75 * 1e9 / 450e9)
+    assert load_hardware("h100-sxm").tiers[0].collective_time_s("all_reduce", 1e9, 8) == pytest.approx(t)
+
+
+@pytest.mark.parametrize(
+    ("kind", "algo", "n", "steps", "factor"),
+    [
+        ("all_gather", "ring", 4, 3, 0.75),
+        ("reduce_scatter", "halving_doubling", 8, 3, 7 / 8),
+        ("all_reduce", "halving_doubling", 6, 6, 10 / 6),  # ceil(log2 6) = 3 per phase
+        ("all_reduce", "tree", 16, 8, 30 / 16),
+        ("all_reduce", "direct", 8, 2, 14 / 8),
+        ("all_to_all", "direct", 8, 1, 7 / 8),
+        ("all_to_all", "ring", 4, 3, 1.5),  # link carries S/4*(1+2+3)
+        ("all_gather", "ring", 1, 0, 0),
+    ],
+)
+def test_alpha_beta_terms(kind: str, algo: str, n: int, steps: float, factor: float) -> None:
+    assert alpha_beta_terms(kind, algo, n) == pytest.approx((steps, factor))  # type: ignore[arg-type]
+
+
+def test_unsupported_collective_algorithm() -> None:
+    with pytest.raises(ConfigError, match="all_gather = 'tree' is not supported"):
+        CollectiveAlgorithms(all_gather="tree")  # type: ignore[arg-type]
+
+
+def test_more_bandwidth_is_never_slower() -> None:
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        slow = collective_time_s(kind, "ring", 1e8, 8, 50.0, 5.0)  # type: ignore[arg-type]
+        fast = collective_time_s(kind, "ring", 1e8, 8, 100.0, 5.0)  # type: ignore[arg-type]
+        assert fast < slow
+
+
+# ----------------------------------------------------------------------------- ASTRA-sim configs
+
+
+def test_network_dims_from_tiers() -> None:
+    hw = load_hardware("h100-sxm")
+    dims = network_dims(hw, 64)
+    assert [d.npus for d in dims] == [8, 8] and [d.topology for d in dims] == ["Switch", "Switch"]
+    assert dims[0].bandwidth_gib_s == pytest.approx(450e9 / 2**30)  # 419.095 GiB/s
+    assert dims[1].bandwidth_gib_s == pytest.approx(50e9 / 2**30)
+    assert dims[0].latency_ns == pytest.approx(500.0)  # 1 us end to end over two switch hops
+    assert [d.npus for d in network_dims(hw, 4)] == [4]
+    mesh = network_dims(load_hardware("mi300x"), 8)[0]
+    assert mesh.topology == "FullyConnected" and mesh.bandwidth_gib_s == pytest.approx(64e9 / 2**30)
+    pods = apply_hw_overrides(hw, ["scaleout.nodes=4"])
+    with pytest.raises(ConfigError, match="needs 8 nodes but scaleout.nodes=4"):
+        network_dims(pods, 64)
+    with pytest.raises(ConfigError, match="n_ranks=12 is not a multiple of node.gpus=8"):
+        network_dims(hw, 12)
+
+
+def test_interpod_tier_becomes_a_third_dimension(tmp_path: Path) -> None:
+    text = _h100_text().replace("nodes: null", "nodes: 4") + "interpod: {bandwidth_gbps: 12.5, latency_us: 20}\n"
+    hw = load_hardware(_write(tmp_path, text))
+    assert [t.name for t in hw.tiers] == ["node", "scaleout", "interpod"]
+    dims = network_dims(hw, 8 * 4 * 3)
+    assert [d.npus for d in dims] == [8, 4, 3]
+    assert dims[2].bandwidth_gib_s == pytest.approx(12.5e9 / 2**30) and dims[2].latency_ns == 10_000
+
+
+def _same_shape(ours: object, ref: object, where: str) -> None:
+    if isinstance(ref, list):
+        assert isinstance(ours, list), where
+        for item in ours:
+            _same_shape(item, ref[0], where)
+    elif isinstance(ref, (int, float)) and not isinstance(ref, bool):
+        assert isinstance(ours, (int, float)) and not isinstance(ours, bool), where
+    else:
+        assert type(ours) is type(ref), where
+
+
+@needs_reference
+def test_written_configs_match_reference_schema(tmp_path: Path) -> None:
+    files = write_astra_sim_configs(load_hardware("h100-sxm"), 16, tmp_path)
+    system = json.loads(files.system.read_text())
+    ref_system = json.loads((REF_CONFIGS / "sys_h100_roofline_2d.json").read_text())
+    assert set(system) == set(ref_system)
+    for key, value in ref_system.items():
+        _same_shape(system[key], value, key)
+    assert system["peak-perf"] == 989.4 and system["local-mem-bw"] == 3350 and system["roofline-enabled"] == 1
+    assert system["all-reduce-implementation"] == ["ring", "ring"]
+    assert system["all-to-all-implementation"] == ["direct", "direct"]
+    network = yaml.safe_load(files.network.read_text())
+    ref_network = yaml.safe_load((REF_CONFIGS / "net_8npu_2d_ring_switch.yml").read_text())
+    assert set(network) == set(ref_network)
+    for key, value in ref_network.items():
+        _same_shape(network[key], value, key)
+        assert len(network[key]) == 2
+    assert math.prod(network["npus_count"]) == 16
+    assert json.loads(files.memory.read_text()) == json.loads((REF_CONFIGS / "no_memory_expansion.json").read_text())
+
+
+def test_written_configs_read_back_by_the_typed_readers(tmp_path: Path) -> None:
+    readers = pytest.importorskip("stageopt.sim.astra_configs")
+    for name in list_hardware_presets():
+        hw = load_hardware(name)
+        files = write_astra_sim_configs(hw, 2 * hw.node.gpus, tmp_path / name)
+        sys_cfg = readers.read_system_config(files.system)
+        net_cfg = readers.read_network_config(files.network)
+        assert net_cfg.num_npus == 2 * hw.node.gpus
+        assert sys_cfg.peak_perf_tflops == pytest.approx(hw.gpu.peak("bf16"))
+        assert len(sys_cfg.all_reduce) == net_cfg.dims == 2
+
+
+def test_config_options_derate_the_roofline() -> None:
+    hw = load_hardware("a100-80g")
+    system, _, _ = astra_sim_configs(hw, 8, compute_fraction=0.5, memory_fraction=0.8)
+    assert system["peak-perf"] == pytest.approx(156) and system["local-mem-bw"] == pytest.approx(2039 * 0.8)
+    with pytest.raises(ConfigError, match="no fp8 tensor cores"):
+        astra_sim_configs(hw, 8, dtype="fp8")
+    with pytest.raises(ConfigError, match="compute_fraction=1.5 must be in"):
+        astra_sim_configs(hw, 8, compute_fraction=1.5)
+    with pytest.raises(ConfigError, match="at least 2 ranks"):
+        astra_sim_configs(hw, 1)
+
+
+def test_hardware_built_in_python_is_validated() -> None:
+    hw = load_hardware("h100-sxm")
+    with pytest.raises(ConfigError, match="Hardware.cost_per_gpu_hour = 0.0 must be > 0"):
+        Hardware(name="x", cost_per_gpu_hour=0.0, gpu=hw.gpu, node=hw.node, scaleout=hw.scaleout)
