@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -202,9 +202,9 @@ def list_hardware_presets() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
-def hardware_from_dict(data: dict[str, object] | object, where: str = "hardware") -> Hardware:
+def hardware_from_dict(data: Mapping[str, object], where: str = "hardware") -> Hardware:
     """Build a :class:`Hardware` from a parsed mapping, strictly (see hardware_schema)."""
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of hardware keys, got {type(data).__name__}")
     return from_mapping(Hardware, data, where)
 
@@ -226,7 +226,7 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise ConfigError(f"unknown hardware preset {text!r}; {hint}known presets: {', '.join(known)} "
                               f"(or pass a path to a .yaml file)")
-    return hardware_from_dict(dict(load_yaml_mapping(path)), where=path.name)
+    return hardware_from_dict(load_yaml_mapping(path), where=path.name)
 
 
 def hw_override_keys() -> list[str]:

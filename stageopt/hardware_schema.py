@@ -55,9 +55,9 @@ def check_fields(obj: object) -> None:
         if gt is not None and not value > gt:
             raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be > {gt:g}; give a positive value")
         if ge is not None and not value >= ge:
-            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be >= {ge:g}")
+            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be >= {ge:g}; give a value of at least {ge:g}")
         if le is not None and not value <= le:
-            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be <= {le:g}")
+            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be <= {le:g}; give a value of at most {le:g}")
 
 
 def _hints(cls: type) -> dict[str, Any]:
