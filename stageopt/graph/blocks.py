@@ -1,0 +1,210 @@
+"""Module templates: the forward ops of each block type, with their layouts.
+
+Sharding is declared here, independent of the degrees: weights say which
+dimension each axis splits (Megatron's column/row parallel linears, vocab-
+parallel embedding and output layer, expert-parallel expert weights), the
+residual stream says how activations between blocks are placed (split along
+the sequence over CP, and over TP too with sequence parallelism). The builder
+inserts every collective that follows from these choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from stageopt.graph.builder import GraphBuilder
+from stageopt.graph.layout import PARTIAL, Layout, Split
+from stageopt.graph.symbols import B, D, E, EP, F, FE, G, H, K, NS, R, S, V
+from stageopt.graph.tensor import Op, Tensor
+
+ACT = 2  # bytes of a bf16 activation
+MASK = 1  # bytes of a dropout mask element
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The structural choices a block template depends on (hashable cache key)."""
+
+    norm: str
+    activation: str
+    attention: str
+    position: str
+    bias: bool
+    dropout: bool
+    tied: bool
+    shared_experts: bool
+    sp: bool
+
+
+def residual_layout(arch: Arch) -> Layout:
+    return Layout.of(cp=Split(1), tp=Split(1)) if arch.sp else Layout.of(cp=Split(1))
+
+
+def weight(name: str, shape: tuple, layout: Layout = Layout(), group: str = "dense",
+           counted: bool = True) -> Tensor:
+    return Tensor(name=name, shape=tuple(shape), layout=layout, dtype_bytes=ACT, role="weight",
+                  param_group=group, counted=counted)
+
+
+def _norm(b: GraphBuilder, x: Tensor, arch: Arch, name: str) -> Tensor:
+    params = [weight(f"{name}.g", (H,))]
+    if arch.norm == "layernorm":
+        params.append(weight(f"{name}.b", (H,)))
+    (y,) = b.vector(name, (x, *params), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0",))
+    return y
+
+
+def _bias(b: GraphBuilder, y: Tensor, arch: Arch, name: str, size: sp.Expr, layout: Layout,
+          target: Layout | None = None) -> Tensor:
+    if not arch.bias:
+        return y
+    (out,) = b.vector(f"{name}.bias_add", (y, weight(f"{name}.bias", (size,), layout)),
+                      bwd="generic", bwd_flops_per_elem=1, layout=target)
+    return out
+
+
+def _dropout(b: GraphBuilder, x: Tensor, arch: Arch, name: str) -> Tensor:
+    if not arch.dropout:
+        return x
+    y, _mask = b.vector(name, (x,), flops_per_elem=2, bwd_flops_per_elem=1, needs=("out1",),
+                        outputs=((name, x.dtype_bytes, "activation"), (f"{name}.mask", MASK, "mask")))
+    return y
+
+
+def _residual_add(b: GraphBuilder, x: Tensor, y: Tensor, arch: Arch, name: str) -> Tensor:
+    (out,) = b.vector(name, (x, y), bwd="identity", layout=residual_layout(arch))
+    return out
+
+
+def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
+    """Pre-norm self-attention with grouped-query heads; returns x + attn(x)."""
+    h = _norm(b, x, arch, "ln1")
+    q = b.einsum("q", "bsh,hgrd->bsgrd", (h, weight("wq", (H, G, R, D), Layout.of(tp=Split(1)))))
+    k = b.einsum("k", "bsh,hgd->bsgd", (h, weight("wk", (H, G, D), Layout.of(tp=Split(1)))))
+    v = b.einsum("v", "bsh,hgd->bsgd", (h, weight("wv", (H, G, D), Layout.of(tp=Split(1)))))
+    if arch.bias:
+        q = _bias(b, q, arch, "q", G * R * D, Layout.of(tp=Split(0)))
+        k = _bias(b, k, arch, "k", G * D, Layout.of(tp=Split(0)))
+        v = _bias(b, v, arch, "v", G * D, Layout.of(tp=Split(0)))
+    if arch.position == "rope":
+        (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3)
+        (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3)
+    b.region = "attn_core"
+    if arch.attention == "flash":
+        o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention", flops_scale=2,
+                     extra={"causal": True})
+    else:
+        scores = b.einsum("scores", "bsgrd,btgd->bsgrt", (q, k), extra={"causal": True})
+        (probs,) = b.vector("softmax", (scores,), flops_per_elem=5, bwd_flops_per_elem=4, needs=("out0",))
+        probs = _dropout(b, probs, arch, "attn_dropout")
+        o = b.einsum("context", "bsgrt,btgd->bsgrd", (probs, v), extra={"causal": True})
+    b.region = ""
+    y = b.einsum("proj", "bsgrd,grdh->bsh", (o, weight("wo", (G, R, D, H), Layout.of(tp=Split(0)))))
+    y = _bias(b, y, arch, "proj", H, Layout(), target=residual_layout(arch))
+    y = _dropout(b, y, arch, "proj_dropout")
+    return _residual_add(b, x, y, arch, "attn_residual")
+
+
+def _mlp_core(b: GraphBuilder, h: Tensor, arch: Arch, width: sp.Expr, name: str) -> Tensor:
+    """Column-parallel up projection(s), activation, row-parallel down projection (partial sum)."""
+    col = Layout.of(tp=Split(1))
+    if arch.activation == "swiglu":
+        gate = b.einsum(f"{name}.gate", "bsh,hf->bsf", (h, weight(f"{name}.w_gate", (H, width), col)))
+        up = b.einsum(f"{name}.up", "bsh,hf->bsf", (h, weight(f"{name}.w_up", (H, width), col)))
+        (act,) = b.vector(f"{name}.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8,
+                          needs=("in0", "in1"))
+    else:
+        up = b.einsum(f"{name}.fc1", "bsh,hf->bsf", (h, weight(f"{name}.w1", (H, width), col)))
+        up = _bias(b, up, arch, f"{name}.fc1", width, Layout.of(tp=Split(0)))
+        (act,) = b.vector(f"{name}.gelu", (up,), flops_per_elem=8, bwd_flops_per_elem=12, needs=("in0",))
+    return b.einsum(f"{name}.down", "bsf,fh->bsh", (act, weight(f"{name}.w2", (width, H), Layout.of(tp=Split(0)))))
+
+
+def mlp(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
+    h = _norm(b, x, arch, "ln2")
+    y = _mlp_core(b, h, arch, F, "mlp")
+    y = _bias(b, y, arch, "mlp.fc2", H, Layout(), target=residual_layout(arch))
+    y = _dropout(b, y, arch, "mlp_dropout")
+    return _residual_add(b, x, y, arch, "mlp_residual")
+
+
+def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
+    """Routed experts (top-k of E, balanced) behind all-to-all dispatch/combine, plus shared experts."""
+    h = _norm(b, x, arch, "ln2")
+    logits = b.einsum("router", "bsh,he->bse", (h, weight("w_router", (H, E))), out_dtype=FP32)
+    (probs,) = b.vector("router_topk", (logits,), flops_per_elem=6, bwd_flops_per_elem=4, needs=("out0",))
+    tokens = _permute(b, h, probs)
+    expert = Layout.of(ep=Split(0), tp=Split(2))
+    gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")))
+    up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")))
+    (act,) = b.vector("expert.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0", "in1"))
+    down = b.einsum("expert.down", "ecf,efh->ech",
+                    (act, weight("we_down", (E, FE, H), Layout.of(ep=Split(0), tp=Split(1)), "expert")))
+    back = b.convert(down, down.layout.with_("ep", Split(1)))
+    y = _unpermute(b, back, probs, h)
+    if arch.shared_experts:
+        shared = _mlp_core(b, h, arch, NS * FE, "shared")
+        (y,) = b.vector("shared_add", (y, shared), bwd="identity", linear=True)
+    return _residual_add(b, x, y, arch, "moe_residual")
+
+
+def _permute(b: GraphBuilder, h: Tensor, probs: Tensor) -> Tensor:
+    """Group each rank's tokens by expert: [E, C, H], C counting tokens of all EP ranks."""
+    capacity = EP * B * S * K / E
+    placements = {a: Split(1) for a, p in h.layout.items if p == Split(1)}
+    placements["ep"] = Split(1)
+    out = Tensor(name="routed", shape=(E, capacity, H), layout=Layout.of(**placements), dtype_bytes=ACT)
+    b.emit(Op(name="permute", kind="vector", inputs=(h, probs), outputs=(out,),
+              vector_flops=out.local_numel(), attrs={"needs": (), "bwd": "generic", "bwd_flops": 1}))
+    return out
+
+
+def _unpermute(b: GraphBuilder, back: Tensor, probs: Tensor, h: Tensor) -> Tensor:
+    """Weighted sum of each token's k expert outputs, back in the token layout."""
+    placements = {a: p for a, p in h.layout.items}
+    if back.layout.get("tp") == PARTIAL:
+        placements["tp"] = PARTIAL
+    out = Tensor(name="moe_out", shape=h.shape, layout=Layout.of(**placements), dtype_bytes=ACT)
+    b.emit(Op(name="unpermute", kind="vector", inputs=(back, probs), outputs=(out,),
+              vector_flops=2 * back.local_numel(), attrs={"needs": ("in0", "in1"), "bwd": "generic", "bwd_flops": 2}))
+    return out
+
+
+def embedding(b: GraphBuilder, arch: Arch) -> tuple[Tensor, Tensor]:
+    """Vocab-parallel token embedding (+ learned positions); returns (token ids, residual stream)."""
+    tokens = Tensor(name="tokens", shape=(B, S), layout=Layout.of(cp=Split(1)), dtype_bytes=4, role="input")
+    table = weight("embedding", (V, H), Layout.of(tp=Split(0)))
+    out = Tensor(name="embedded", shape=(B, S, H), layout=Layout.of(cp=Split(1), tp=PARTIAL), dtype_bytes=ACT)
+    b.emit(Op(name="embed", kind="vector", inputs=(tokens, table), outputs=(out,),
+              vector_flops=sp.Integer(0), attrs={"needs": (), "bwd": "generic", "bwd_flops": 1}))
+    x = out
+    if arch.position == "learned":
+        (x,) = b.vector("add_positions", (x, weight("positions", (S, H))), bwd_flops_per_elem=1,
+                        layout=residual_layout(arch))
+    else:
+        x = b.convert(x, residual_layout(arch))
+    x = _dropout(b, x, arch, "embedding_dropout")
+    return tokens, x
+
+
+def head(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
+    """Final norm, vocab-parallel output layer and cross-entropy; returns the loss."""
+    h = _norm(b, x, arch, "ln_f")
+    logits = b.einsum("logits", "bsh,vh->bsv", (h, weight("output", (V, H), Layout.of(tp=Split(0)),
+                                                           counted=not arch.tied)))
+    (probs,) = b.vector("cross_entropy", (logits,), flops_per_elem=6, bwd_flops_per_elem=2, needs=("out0",),
+                        outputs=(("softmax_fp32", FP32, "logits"),))
+    # Vocab-parallel cross-entropy leaves each token's loss as a partial sum over TP (max, sum-exp
+    # and target logit are all-reduced; modelled as one all-reduce of B*S/cp fp32 values).
+    token_loss = Tensor(name="token_loss", shape=(B, S), layout=Layout.of(cp=Split(1), tp=PARTIAL), dtype_bytes=FP32)
+    b.emit(Op(name="loss_reduce_local", kind="vector", inputs=(probs,), outputs=(token_loss,),
+              vector_flops=probs.local_numel(), attrs={"needs": (), "bwd": "generic", "bwd_flops": 1}))
+    return b.convert(token_loss, Layout.of(cp=Split(1)))
+
+
+def layer_input(arch: Arch) -> Tensor:
+    return Tensor(name="x", shape=(B, S, H), layout=residual_layout(arch), dtype_bytes=ACT)
+

@@ -1,0 +1,113 @@
+"""GraphBuilder: records ops and inserts the collectives layouts require.
+
+Module templates (:mod:`stageopt.graph.blocks`) call :meth:`einsum`,
+:meth:`vector` and :meth:`view`; each converts its inputs to the layouts it
+needs with :meth:`convert` (the layout matcher), which emits the collective
+for every axis whose placement changes.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from stageopt.graph.einsum import letter_sizes, local_product, parse_spec, required_layouts
+from stageopt.graph.layout import PARTIAL, REPLICATE, Layout, Split, conversion
+from stageopt.graph.symbols import AXES
+from stageopt.graph.tensor import Collective, Op, Tensor
+
+
+class GraphBuilder:
+    """Collects ops of one phase; remembers which op produced each tensor."""
+
+    def __init__(self, phase: str = "fwd") -> None:
+        self.ops: list[Op] = []
+        self.phase = phase
+        self.region = ""
+        self.producer: dict[int, Op] = {}
+        self._converted: dict[tuple[int, Layout], Tensor] = {}
+
+    # -- recording -------------------------------------------------------
+    def emit(self, op: Op) -> Op:
+        op.phase = self.phase
+        op.region = op.region or self.region
+        self.ops.append(op)
+        for t in op.outputs:
+            self.producer[t.uid] = op
+        return op
+
+    def derive(self, t: Tensor, name: str | None = None, **changes: object) -> Tensor:
+        fields = dict(name=name or t.name, shape=t.shape, layout=t.layout, dtype_bytes=t.dtype_bytes,
+                      role=t.role, param_group=t.param_group, counted=t.counted)
+        fields.update(changes)
+        return Tensor(**fields)
+
+    # -- the layout matcher --------------------------------------------------
+    def convert(self, t: Tensor, target: Layout) -> Tensor:
+        """Return ``t`` in layout ``target``, emitting one collective per changed axis."""
+        if t.layout == target:
+            return t
+        key = (t.uid, target)
+        if key in self._converted:
+            return self._converted[key]
+        current = t
+        for axis in AXES:
+            src, dst = current.layout.get(axis), target.get(axis)
+            if src == dst:
+                continue
+            new = self.derive(current, f"{t.name}", layout=current.layout.with_(axis, dst))
+            kind = conversion(src, dst)
+            collective = Collective(kind, axis, current.local_bytes(), new.local_bytes()) if kind else None
+            self.emit(Op(name=f"{kind or 'reshard'}:{t.name}:{axis}", kind="comm" if kind else "view",
+                         inputs=(current,), outputs=(new,), collective=collective,
+                         attrs={"axis": axis, "src": src, "dst": dst}))
+            current = new
+        self._converted[key] = current
+        return current
+
+    # -- op constructors -------------------------------------------------------
+    def einsum(self, name: str, spec: str, operands: tuple[Tensor, ...], *, out_dtype: int | None = None,
+               kind: str = "matmul", flops_scale: sp.Expr = sp.Integer(1), role: str = "activation",
+               extra: dict | None = None) -> Tensor:
+        ins, out = parse_spec(spec)
+        weights_first = tuple(sorted(range(len(operands)), key=lambda i: operands[i].role != "weight"))
+        req, out_layout, split = required_layouts(ins, out, operands, weights_first)
+        inputs = tuple(self.convert(x, layout) for x, layout in zip(operands, req))
+        sizes = letter_sizes(ins, inputs)
+        y = Tensor(name=name, shape=tuple(sizes[c] for c in out), layout=out_layout,
+                   dtype_bytes=out_dtype or inputs[0].dtype_bytes, role=role)
+        flops = 2 * local_product(sizes, split) * flops_scale
+        self.emit(Op(name=name, kind=kind, inputs=inputs, outputs=(y,), flops=flops,
+                     attrs={"spec": spec, **(extra or {})}))
+        return y
+
+    def vector(self, name: str, inputs: tuple[Tensor, ...], *, flops_per_elem: float = 1,
+               bwd_flops_per_elem: float = 2, needs: tuple[str, ...] = (), out_dtype: int | None = None,
+               outputs: tuple[tuple[str, int, str], ...] | None = None, linear: bool = False,
+               bwd: str = "generic", layout: Layout | None = None) -> tuple[Tensor, ...]:
+        """An elementwise-style op over the first input's shape.
+
+        ``needs`` names what backward reads: "in0", "in1", ... or "out0", ...
+        ``outputs`` lists (name, dtype_bytes, role) when there is more than one.
+        Non-linear ops need every input free of partial sums.
+        """
+        main = inputs[0]
+        target = layout or main.layout
+        if not linear:
+            target = Layout.of(**{a: (REPLICATE if p == PARTIAL else p) for a, p in target.items})
+        converted = tuple(self.convert(x, target) if x.role != "weight" and x.shape == main.shape else x
+                          for x in inputs)
+        specs = outputs or ((name, out_dtype or main.dtype_bytes, "activation"),)
+        outs = tuple(Tensor(name=n, shape=main.shape, layout=converted[0].layout, dtype_bytes=b, role=r)
+                     for n, b, r in specs)
+        numel = converted[0].local_numel()
+        self.emit(Op(name=name, kind="vector", inputs=converted, outputs=outs,
+                     vector_flops=numel * flops_per_elem,
+                     attrs={"needs": needs, "bwd": bwd, "bwd_flops": bwd_flops_per_elem}))
+        return outs
+
+    def view(self, name: str, t: Tensor, shape: tuple[sp.Expr, ...], dim_map: dict[int, int]) -> Tensor:
+        """Reshape without moving data; ``dim_map`` maps split dims old -> new."""
+        layout = Layout.of(**{a: (Split(dim_map[p.dim]) if isinstance(p, Split) else p) for a, p in t.layout.items})
+        y = self.derive(t, name, shape=shape, layout=layout)
+        self.emit(Op(name=name, kind="view", inputs=(t,), outputs=(y,), attrs={"dim_map": dim_map}))
+        return y

@@ -1,0 +1,97 @@
+"""Build one block (embedding, dense layer, MoE layer, head): forward, derived
+backward, and the recompute policy that decides what is saved."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+from stageopt.graph import blocks
+from stageopt.graph.autodiff import differentiate
+from stageopt.graph.blocks import Arch
+from stageopt.graph.builder import GraphBuilder
+from stageopt.graph.tensor import Op, Tensor
+
+BLOCK_KINDS = ("embedding", "dense", "moe", "head")
+
+
+@dataclass(frozen=True)
+class BlockGraph:
+    """Ops of one block for one micro-batch, and the tensors it keeps for backward."""
+
+    kind: str
+    fwd: tuple[Op, ...]
+    bwd: tuple[Op, ...]
+    recompute: tuple[Op, ...]
+    weights: tuple[Tensor, ...]
+    weight_grads: tuple[Tensor, ...]  # aligned with weights
+    saved: tuple[Tensor, ...]  # held from forward to backward (per micro-batch)
+    working_set: tuple[Tensor, ...]  # what a fully recomputed block materializes during its backward
+    input: Tensor | None
+    output: Tensor
+
+
+def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor]:
+    b = GraphBuilder("fwd")
+    if kind == "embedding":
+        _tokens, out = blocks.embedding(b, arch)
+        return b, None, out
+    x = blocks.layer_input(arch)
+    if kind == "head":
+        return b, x, blocks.head(b, x, arch)
+    y = blocks.attention(b, x, arch)
+    y = blocks.moe(b, y, arch) if kind == "moe" else blocks.mlp(b, y, arch)
+    return b, x, y
+
+
+@lru_cache(maxsize=64)
+def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
+    """Forward ops, backward from per-op rules, and recompute applied (layers only)."""
+    fwd, x, y = _forward(kind, arch)
+    seed = None if kind == "head" else fwd.derive(y, f"d{y.name}", role="grad")
+    back = differentiate(fwd, y, seed, x)
+    weights: dict[int, Tensor] = {}
+    for op in fwd.ops:
+        for t in op.inputs:
+            if t.role == "weight":
+                weights.setdefault(t.uid, t)
+    saved = dict(back.saved)
+    bwd_ops = list(back.bwd_ops if hasattr(back, "bwd_ops") else back.ops)
+    recompute_ops: list[Op] = []
+    layer = kind in ("dense", "moe")
+    if layer and recompute == "full":
+        recompute_ops = [dataclasses.replace(op, phase="recompute") for op in fwd.ops]
+        bwd_ops = [op for op in bwd_ops if "regather_of" not in op.attrs]
+        saved = {x.uid: x}
+    elif layer and recompute == "selective" and arch.attention == "eager":
+        region = [op for op in fwd.ops if op.region == "attn_core"]
+        produced = {t.uid for op in region for t in op.outputs}
+        recompute_ops = [dataclasses.replace(op, phase="recompute") for op in region]
+        bwd_ops = [op for op in bwd_ops if op.attrs.get("regather_of") not in produced]
+        saved = {uid: t for uid, t in saved.items() if uid not in produced}
+        for op in region:
+            for t in op.inputs:
+                if t.uid not in produced and t.role != "weight":
+                    saved[t.uid] = _unconverted(fwd, t)
+    return BlockGraph(
+        kind=kind, fwd=tuple(fwd.ops), bwd=tuple(bwd_ops), recompute=tuple(recompute_ops),
+        weights=tuple(weights.values()),
+        weight_grads=tuple(back.weight_grads[uid] for uid in weights),
+        saved=tuple({t.uid: t for t in saved.values()}.values()),
+        working_set=tuple(back.saved.values()), input=x, output=y)
+
+
+def _unconverted(fwd: GraphBuilder, t: Tensor) -> Tensor:
+    """Follow conversions back to the tensor as its producer wrote it (what is stored)."""
+    op = fwd.producer.get(t.uid)
+    while op is not None and op.kind in ("comm", "view") and "axis" in op.attrs:
+        t = op.inputs[0]
+        op = fwd.producer.get(t.uid)
+    return t
+
+
+def arch_of(model, plan) -> Arch:
+    return Arch(norm=model.norm, activation=model.activation, attention=model.attention,
+                position=model.position, bias=model.bias, dropout=model.dropout,
+                tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp)

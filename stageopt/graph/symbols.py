@@ -1,0 +1,46 @@
+"""The sympy symbols every shape and cost is written in.
+
+Model symbols are filled from a ModelSpec, ``B`` is the micro-batch size, and
+``TP``/``CP``/``EP`` are the degrees of the parallel axes that split tensors.
+Pipeline and data parallelism do not split a layer's tensors; they act on the
+graph as a whole (see :mod:`stageopt.workload`).
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+_POS = {"positive": True, "integer": True}
+
+B = sp.Symbol("B", **_POS)  # micro-batch size (sequences)
+S = sp.Symbol("S", **_POS)  # sequence length
+H = sp.Symbol("H", **_POS)  # hidden size
+F = sp.Symbol("F", **_POS)  # dense MLP hidden size
+V = sp.Symbol("V", **_POS)  # vocabulary
+G = sp.Symbol("G", **_POS)  # key/value heads (query groups)
+R = sp.Symbol("R", **_POS)  # query heads per key/value head
+D = sp.Symbol("D", **_POS)  # head dimension
+E = sp.Symbol("E", **_POS)  # routed experts
+K = sp.Symbol("K", **_POS)  # experts per token (top-k)
+FE = sp.Symbol("FE", **_POS)  # expert MLP hidden size
+NS = sp.Symbol("NS", **_POS)  # shared experts
+
+TP = sp.Symbol("tp", **_POS)
+CP = sp.Symbol("cp", **_POS)
+EP = sp.Symbol("ep", **_POS)
+
+AXIS_DEGREE: dict[str, sp.Symbol] = {"tp": TP, "cp": CP, "ep": EP}
+AXES: tuple[str, ...] = ("tp", "cp", "ep")
+
+MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (B, S, H, F, V, G, R, D, E, K, FE, NS)
+ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + (TP, CP, EP)
+
+
+def symbol_values(model, plan) -> dict[str, float]:
+    """Concrete value of every symbol for one model and plan (keyed by name)."""
+    return {
+        "B": plan.mbs, "S": model.seq, "H": model.hidden, "F": model.ffn, "V": model.vocab,
+        "G": model.kv_heads, "R": model.heads // model.kv_heads, "D": model.dim_per_head,
+        "E": max(model.experts, 1), "K": max(model.top_k, 1), "FE": max(model.expert_ffn, 1),
+        "NS": max(model.shared_experts, 1), "tp": plan.tp, "cp": plan.cp, "ep": plan.ep,
+    }

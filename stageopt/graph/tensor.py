@@ -1,0 +1,95 @@
+"""Tensors and ops of the symbolic graph."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from stageopt.graph.layout import Layout
+from stageopt.graph.symbols import AXIS_DEGREE
+
+_ids = itertools.count()
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Tensor:
+    """A tensor with a symbolic global shape and a layout.
+
+    ``role`` is one of: activation, weight, grad, wgrad, mask, logits, input.
+    Weights carry ``param_group`` ("dense" or "expert": which data-parallel
+    group reduces their gradients) and ``counted`` (False for the second copy
+    of a tied embedding).
+    """
+
+    name: str
+    shape: tuple[sp.Expr, ...]
+    layout: Layout
+    dtype_bytes: int
+    role: str = "activation"
+    param_group: str = ""
+    counted: bool = True
+    uid: int = field(default_factory=lambda: next(_ids))
+
+    def local_dim(self, dim: int) -> sp.Expr:
+        size = self.shape[dim]
+        for axis in self.layout.split_axes(dim):
+            size = size / AXIS_DEGREE[axis]
+        return size
+
+    def local_numel(self) -> sp.Expr:
+        return sp.Mul(*[self.local_dim(i) for i in range(len(self.shape))])
+
+    def global_numel(self) -> sp.Expr:
+        return sp.Mul(*self.shape)
+
+    def local_bytes(self) -> sp.Expr:
+        return self.local_numel() * self.dtype_bytes
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, {self.shape}, {self.layout!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """A collective on one parallel axis; sizes are bytes per rank."""
+
+    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all
+    axis: str
+    input_bytes: sp.Expr
+    output_bytes: sp.Expr
+
+    @property
+    def size_bytes(self) -> sp.Expr:
+        """The buffer size a collective is usually quoted by: the larger side."""
+        return sp.Max(self.input_bytes, self.output_bytes) if self.kind != "all_reduce" else self.input_bytes
+
+
+@dataclass(eq=False, slots=True)
+class Op:
+    """One kernel (or collective) of the graph.
+
+    ``kind``: matmul | attention | vector | comm | view. ``flops`` counts
+    tensor-core work (2 per multiply-add); ``vector_flops`` the rest.
+    ``needs`` lists the forward tensors the op's backward reads.
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    flops: sp.Expr = sp.Integer(0)
+    vector_flops: sp.Expr = sp.Integer(0)
+    collective: Collective | None = None
+    phase: str = "fwd"
+    region: str = ""
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def bytes_read(self) -> sp.Expr:
+        return sp.Add(*[t.local_bytes() for t in self.inputs]) if self.kind not in ("comm", "view") else sp.Integer(0)
+
+    @property
+    def bytes_written(self) -> sp.Expr:
+        return sp.Add(*[t.local_bytes() for t in self.outputs]) if self.kind not in ("comm", "view") else sp.Integer(0)

@@ -1,0 +1,116 @@
+"""ModelSpec: the architecture of a decoder-only transformer, as plain data.
+
+A spec describes one model and nothing about how it is trained or sharded
+(that is :class:`stageopt.parallel.Plan`). It is validated at construction so
+every later stage can trust its numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from stageopt.errors import ConfigError
+
+FAMILIES = ("gpt", "llama", "moe")
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu", "swiglu")
+ATTENTIONS = ("flash", "eager")
+POSITIONS = ("learned", "rope")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """Architecture of a dense or mixture-of-experts decoder.
+
+    ``ffn`` is the hidden size of dense MLP layers; ``expert_ffn`` that of each
+    routed (and shared) expert. ``dense_layers`` leading layers of an MoE model
+    are dense (DeepSeek-V3 has three). ``attention="eager"`` materializes the
+    s x s score matrix (as in Korthikanti et al. 2022); ``"flash"`` keeps only
+    the log-sum-exp for backward.
+    """
+
+    name: str = "custom"
+    family: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq: int
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0
+    head_dim: int = 0
+    norm: str = "rmsnorm"
+    activation: str = "swiglu"
+    position: str = "rope"
+    tied_embeddings: bool = False
+    bias: bool = False
+    dropout: bool = False
+    attention: str = "flash"
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def dim_per_head(self) -> int:
+        """Head dimension; defaults to hidden / heads."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    def replace(self, **changes: object) -> "ModelSpec":
+        return dataclasses.replace(self, **changes)
+
+
+def _require_positive(spec: ModelSpec, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(spec, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"model field '{name}' must be a positive integer, got {value!r}")
+
+
+def _require_choice(spec: ModelSpec, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(spec, name)
+    if value not in choices:
+        raise ConfigError(f"model field '{name}' must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _validate(spec: ModelSpec) -> None:
+    _require_positive(spec, ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"))
+    for name in ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim"):
+        value = getattr(spec, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"model field '{name}' must be a non-negative integer, got {value!r}")
+    _require_choice(spec, "family", FAMILIES)
+    _require_choice(spec, "norm", NORMS)
+    _require_choice(spec, "activation", ACTIVATIONS)
+    _require_choice(spec, "attention", ATTENTIONS)
+    _require_choice(spec, "position", POSITIONS)
+    if spec.head_dim == 0 and spec.hidden % spec.heads:
+        raise ConfigError(f"model: hidden={spec.hidden} is not divisible by heads={spec.heads}; "
+                          "set head_dim explicitly or fix heads")
+    if spec.heads % spec.kv_heads:
+        raise ConfigError(f"model: heads={spec.heads} is not divisible by kv_heads={spec.kv_heads}; "
+                          "kv_heads must divide heads (grouped-query attention)")
+    if spec.family == "moe" or spec.experts:
+        if spec.experts < 2 or spec.top_k < 1 or spec.expert_ffn < 1:
+            raise ConfigError(f"model: a moe model needs experts >= 2, top_k >= 1 and expert_ffn >= 1 "
+                              f"(got experts={spec.experts}, top_k={spec.top_k}, expert_ffn={spec.expert_ffn})")
+        if spec.top_k > spec.experts:
+            raise ConfigError(f"model: top_k={spec.top_k} exceeds experts={spec.experts}; lower top_k")
+        if spec.family != "moe":
+            raise ConfigError(f"model: experts={spec.experts} set on family={spec.family}; use family=moe")
+        if spec.dense_layers >= spec.layers:
+            raise ConfigError(f"model: dense_layers={spec.dense_layers} must be below layers={spec.layers}")

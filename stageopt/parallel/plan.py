@@ -1,0 +1,148 @@
+"""Plan: how one training iteration is split across GPUs.
+
+``Plan.parse("tp=8 pp=4 dp=32 mbs=1 gbs=1536 zero=1 recompute=full sp=on")``
+reads the string form users type. ``validate_plan`` checks a plan against a
+model and a GPU count and raises :class:`InfeasiblePlan` naming the rule, the
+values and a fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+
+from stageopt.errors import InfeasiblePlan
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """Degrees of every parallel axis plus batch, memory and schedule choices.
+
+    ``dp`` counts data-parallel replicas; ``ep`` experts are split across a
+    factor of ``dp`` (expert data parallelism is ``dp / ep``). ``vpp`` is the
+    number of virtual pipeline chunks per stage (interleaved 1F1B).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    sp: bool = False
+    mbs: int = 1
+    gbs: int = 1
+    zero: int = 0
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    dtype: str = "bf16"
+    grad_dtype: str = "bf16"
+    dp_overlap: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InfeasiblePlan(f"plan field '{name}' must be a positive integer, got {value!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise InfeasiblePlan(f"plan field 'zero' must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.recompute not in RECOMPUTE:
+            raise InfeasiblePlan(f"plan field 'recompute' must be one of {', '.join(RECOMPUTE)}, "
+                                 f"got {self.recompute!r}")
+        if self.schedule not in SCHEDULES:
+            raise InfeasiblePlan(f"plan field 'schedule' must be one of {', '.join(SCHEDULES)}, "
+                                 f"got {self.schedule!r}")
+        for name in ("dtype", "grad_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
+                                     f"got {getattr(self, name)!r}")
+        if self.vpp > 1 and self.schedule != "interleaved":
+            raise InfeasiblePlan(f"plan: vpp={self.vpp} needs schedule=interleaved "
+                                 f"(got schedule={self.schedule}); set schedule=interleaved or vpp=1")
+        if self.sp and self.tp == 1:
+            object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.cp * self.pp
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches each pipeline runs per iteration."""
+        return self.gbs // (self.mbs * self.dp)
+
+    @property
+    def edp(self) -> int:
+        """Data-parallel degree of expert weights (dp / ep)."""
+        return self.dp // self.ep
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPES[self.grad_dtype]
+
+    def replace(self, **changes: object) -> "Plan":
+        return dataclasses.replace(self, **changes)
+
+    def __str__(self) -> str:
+        return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} ep={self.ep} vpp={self.vpp} "
+                f"mbs={self.mbs} gbs={self.gbs} zero={self.zero} recompute={self.recompute} "
+                f"sp={'on' if self.sp else 'off'} schedule={self.schedule}")
+
+    @classmethod
+    def parse(cls, text: str, gpus: int | None = None) -> "Plan":
+        """Parse ``"tp=8 pp=4 ..."``; ``dp`` defaults to gpus / (tp*cp*pp) when ``gpus`` is given."""
+        fields = parse_plan_fields(text)
+        if "dp" not in fields:
+            if gpus is None:
+                fields["dp"] = 1
+            else:
+                rest = fields.get("tp", 1) * fields.get("cp", 1) * fields.get("pp", 1)
+                if gpus % rest:
+                    raise InfeasiblePlan(f"plan: tp*cp*pp = {rest} does not divide gpus={gpus}; "
+                                         "choose degrees whose product divides the GPU count")
+                fields["dp"] = gpus // rest
+        if "gbs" not in fields:
+            fields["gbs"] = fields.get("mbs", 1) * fields["dp"]
+        return cls(**fields)
+
+
+_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero")
+_BOOL_FIELDS = ("sp", "dp_overlap")
+_ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp"}
+
+
+def parse_plan_fields(text: str) -> dict[str, object]:
+    fields: dict[str, object] = {}
+    known = [f.name for f in dataclasses.fields(Plan)]
+    for item in text.replace(",", " ").split():
+        key, sep, raw = item.partition("=")
+        key = _ALIASES.get(key, key)
+        if not sep or not raw:
+            raise InfeasiblePlan(f"plan item '{item}' is not key=value; write e.g. \"tp=8 pp=4\"")
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            fix = f"did you mean '{hint[0]}'?" if hint else f"known keys: {' '.join(known)}"
+            raise InfeasiblePlan(f"plan: unknown key '{key}'; {fix}")
+        if key in fields:
+            raise InfeasiblePlan(f"plan: '{key}' is given twice; keep one")
+        if key in _INT_FIELDS:
+            try:
+                fields[key] = int(raw)
+            except ValueError:
+                raise InfeasiblePlan(f"plan: {key}={raw} is not an integer") from None
+        elif key in _BOOL_FIELDS:
+            if raw.lower() not in ("on", "off", "true", "false", "1", "0"):
+                raise InfeasiblePlan(f"plan: {key}={raw} must be on or off")
+            fields[key] = raw.lower() in ("on", "true", "1")
+        else:
+            fields[key] = raw
+    return fields

@@ -1,0 +1,96 @@
+"""Rank layout and communicator groups.
+
+Ranks are numbered with TP innermost (so a TP group sits inside one node),
+then CP, then DP (whose inner factor is EP), and PP outermost:
+``rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))`` with
+``dp_i = ep_i + ep * edp_i``. A group is the set of ranks that differ only in
+the coordinates of its axes. Groups of one rank are never produced: an axis of
+degree 1 has no group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stageopt.parallel.plan import Plan
+
+# Group kinds and the coordinate axes they span. "dp_cp" reduces dense
+# gradients; "edp_cp" reduces expert gradients; "ep" carries all-to-alls.
+GROUP_AXES: dict[str, tuple[str, ...]] = {
+    "tp": ("tp",),
+    "cp": ("cp",),
+    "ep": ("ep",),
+    "dp": ("ep", "edp"),
+    "edp": ("edp",),
+    "pp": ("pp",),
+    "dp_cp": ("cp", "ep", "edp"),
+    "edp_cp": ("cp", "edp"),
+    "tp_dp_cp": ("tp", "cp", "ep", "edp"),
+    "tp_edp_cp": ("tp", "cp", "edp"),
+}
+_COORD_ORDER = ("tp", "cp", "ep", "edp", "pp")
+
+
+
+
+def _degrees(plan: Plan) -> dict[str, int]:
+    return {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "edp": plan.edp, "pp": plan.pp}
+
+
+def coords_of(plan: Plan, rank: int) -> dict[str, int]:
+    """Coordinates of a rank on every axis (plus ``dp``)."""
+    out: dict[str, int] = {}
+    rest = rank
+    for axis in _COORD_ORDER:
+        deg = _degrees(plan)[axis]
+        out[axis] = rest % deg
+        rest //= deg
+    out["dp"] = out["ep"] + plan.ep * out["edp"]
+    return out
+
+
+def rank_of(plan: Plan, coords: dict[str, int]) -> int:
+    rank, stride = 0, 1
+    for axis in _COORD_ORDER:
+        rank += coords.get(axis, 0) * stride
+        stride *= _degrees(plan)[axis]
+    return rank
+
+
+def group_size(plan: Plan, kind: str) -> int:
+    return int(np.prod([_degrees(plan)[a] for a in GROUP_AXES[kind]]))
+
+
+def group_members(plan: Plan, kind: str, rank: int) -> list[int]:
+    """Ranks in the ``kind`` group that contains ``rank`` (ascending)."""
+    base = coords_of(plan, rank)
+    axes = GROUP_AXES[kind]
+    members = [rank_of(plan, {**base, **dict(zip(axes, idx))})
+               for idx in np.ndindex(*[_degrees(plan)[a] for a in axes])]
+    return sorted(members)
+
+
+def all_groups(plan: Plan, kind: str) -> np.ndarray:
+    """Every ``kind`` group as rows of an int array (shape groups x size), or empty if size 1.
+
+    Built by reshaping the rank grid, so it costs O(world size).
+    """
+    size = group_size(plan, kind)
+    if size == 1:
+        return np.zeros((0, 1), dtype=np.int64)
+    degs = _degrees(plan)
+    # grid[pp, edp, ep, cp, tp] holds the rank; move the group's axes last.
+    shape = [degs[a] for a in reversed(_COORD_ORDER)]
+    grid = np.arange(plan.gpus, dtype=np.int64).reshape(shape)
+    names = list(reversed(_COORD_ORDER))
+    axes = GROUP_AXES[kind]
+    keep = [names.index(a) for a in names if a not in axes]
+    moved = [names.index(a) for a in reversed(_COORD_ORDER) if a in axes]
+    return np.sort(grid.transpose(keep + moved).reshape(-1, size), axis=1)
+
+
+def pp_peer(plan: Plan, rank: int, stage: int) -> int:
+    """The rank holding the same non-PP coordinates on pipeline stage ``stage``."""
+    return rank_of(plan, {**coords_of(plan, rank), "pp": stage})
