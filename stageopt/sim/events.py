@@ -259,7 +259,7 @@ class _Rank:
         self.busy = [False, False, False, False]
         self.compute_ns = 0
         self.finish_ns: int | None = None
-        self.done = not self.ops
+        self.done = False
         self._batches: dict[int, list[tuple[Callable[[Any], None], Any]]] = {}
         sysc = engine.system
         self.threshold = sysc.active_chunks_per_dimension
