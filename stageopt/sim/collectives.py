@@ -239,7 +239,7 @@ def symmetric_ring_collective_ns(comm_type: CommType, size: int, system: SystemC
     collective; the event replay reproduces it message by message.
     """
     total = net.num_npus
-    algos = _algos_for(comm_type, system)
+    algos = algos_for(comm_type, system)
     dims = tuple(net.npus_count[: len(algos)])
     chunk, count = chunking(size, comm_type, system.preferred_dataset_splits, total)
     phases = plan_phases(comm_type, chunk, dims, algos, (True,) * len(dims), system.local_bw_aware)
@@ -254,7 +254,7 @@ def symmetric_ring_collective_ns(comm_type: CommType, size: int, system: SystemC
     return pipelined_chunks_ns(durations, count, system.active_chunks_per_dimension, [ph.dim for ph in phases])
 
 
-def _algos_for(comm_type: CommType, system: SystemConfig) -> tuple[AlgoSpec, ...]:
+def algos_for(comm_type: CommType, system: SystemConfig) -> tuple[AlgoSpec, ...]:
     """The per-dimension implementation list the system file gives for a collective type."""
     if comm_type == CommType.ALL_REDUCE:
         return system.all_reduce
@@ -266,5 +266,3 @@ def _algos_for(comm_type: CommType, system: SystemConfig) -> tuple[AlgoSpec, ...
         return system.all_to_all
     raise ConfigError(f"collective type {CommType(comm_type).name} is not simulated; ASTRA-sim aborts on it")
 
-
-algos_for = _algos_for
