@@ -67,6 +67,8 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     elif layer and recompute == "selective" and arch.attention == "eager":
         region = [op for op in fwd.ops if op.region == "attn_core"]
         produced = {t.uid for op in region for t in op.outputs}
+        # tensors the region hands to the rest of the layer stay saved; only its internals go
+        produced -= {t.uid for op in fwd.ops if op.region != "attn_core" for t in op.inputs}
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in region]
         bwd_ops = [op for op in bwd_ops if op.attrs.get("regather_of") not in produced]
         saved = {uid: t for uid, t in saved.items() if uid not in produced}

@@ -92,8 +92,9 @@ def _read_source(source: str) -> dict[str, Any]:
     preset = PRESET_DIR / f"{source}.yaml"
     if not preset.is_file():
         hint = difflib.get_close_matches(source, list_model_presets(), n=1)
-        fix = f"did you mean '{hint[0]}'?" if hint else f"known presets: {', '.join(list_model_presets())}"
-        raise ConfigError(f"--model {source}: unknown preset; {fix}")
+        fix = f"did you mean '{hint[0]}'? " if hint else ""
+        raise ConfigError(f"--model {source}: unknown preset; {fix}known presets: {', '.join(list_model_presets())}"
+                          " (or give a YAML / config.json path)")
     fields = _read_file(preset)
     fields.setdefault("name", source)
     return fields

@@ -101,6 +101,10 @@ class Plan:
     def parse(cls, text: str, gpus: int | None = None) -> "Plan":
         """Parse ``"tp=8 pp=4 ..."``; ``dp`` defaults to gpus / (tp*cp*pp) when ``gpus`` is given."""
         fields = parse_plan_fields(text)
+        for name in ("tp", "cp", "pp"):
+            value = fields.get(name, 1)
+            if value < 1:
+                raise InfeasiblePlan(f"plan field '{name}' must be a positive integer, got {value}")
         if "dp" not in fields:
             if gpus is None:
                 fields["dp"] = 1

@@ -1,0 +1,24 @@
+"""Arguments shared by the commands that take a model and a plan."""
+
+from __future__ import annotations
+
+import argparse
+
+from stageopt.model import load_model
+from stageopt.parallel.plan import Plan
+from stageopt.workload import Workload, build_workload
+
+
+def add_model_plan_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="preset name, model YAML, or Hugging Face config.json")
+    parser.add_argument("--set", dest="model_set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a model field (repeatable)")
+    parser.add_argument("--plan", required=True,
+                        help='e.g. "tp=8 pp=4 dp=32 mbs=1 gbs=1536 zero=1 recompute=full sp=on"')
+    parser.add_argument("--gpus", type=int, help="GPU count; dp is derived from it when the plan omits dp")
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    model = load_model(args.model, args.model_set)
+    plan = Plan.parse(args.plan, gpus=args.gpus)
+    return build_workload(model, plan, args.gpus)

@@ -1,0 +1,28 @@
+"""``stageopt presets``: list the model and hardware presets that ship."""
+
+from __future__ import annotations
+
+import argparse
+
+from stageopt.model import list_model_presets, load_model
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("presets", help="list model and hardware presets")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print("models:")
+    for name in list_model_presets():
+        m = load_model(name)
+        moe = f", {m.experts} experts top-{m.top_k}" if m.is_moe else ""
+        print(f"  {name:<15} {m.family:<6} layers={m.layers} hidden={m.hidden} heads={m.heads}/{m.kv_heads}{moe}")
+    try:
+        from stageopt.hardware import list_hardware_presets
+    except ImportError:  # hardware model not installed in this checkout
+        return 0
+    print("hardware:")
+    for name in list_hardware_presets():
+        print(f"  {name}")
+    return 0

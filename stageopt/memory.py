@@ -1,0 +1,90 @@
+"""Per-rank peak memory of each pipeline stage, with a breakdown.
+
+Weights, gradients and optimizer states follow the ZeRO stage (Rajbhandari et
+al. 2020): bf16 weights, gradients in ``plan.grad_dtype``, and 12 bytes per
+parameter of fp32 master weights plus Adam's two moments. Activations are the
+tensors each chunk saves for backward (from the graph, by recompute mode)
+times the micro-batches the schedule holds in flight at its peak. ``other``
+holds fp32 logits kept for the loss, the working set of a fully recomputed
+layer during its backward, and ZeRO-3's gathered parameter buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
+from stageopt.workload import Workload
+
+GIB = 2**30
+OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    other: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.other
+
+    def gib(self) -> dict[str, float]:
+        parts = {k: getattr(self, k) / GIB for k in ("weights", "gradients", "optimizer", "activations", "other")}
+        parts["total"] = self.total / GIB
+        return parts
+
+
+def stage_params(work: Workload, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters held by one rank of the stage.
+
+    The output layer of a tied embedding is a second copy only when it sits on
+    another stage than the embedding (pp > 1).
+    """
+    dense = work.stage_sum(stage, "local_dense")
+    expert = work.stage_sum(stage, "local_expert")
+    if work.plan.pp == 1:
+        dense -= work.stage_sum(stage, "local_dense_uncounted")
+    return dense, expert
+
+
+def shard_degrees(work: Workload) -> tuple[int, int]:
+    """Ranks that share (and can shard) dense and expert states under ZeRO."""
+    plan = work.plan
+    return plan.dp * plan.cp, plan.edp * plan.cp
+
+
+def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
+    plan = work.plan
+    dense, expert = stage_params(work, stage)
+    dense_shard, expert_shard = shard_degrees(work)
+
+    def sharded(count_dense: float, count_expert: float, on: bool) -> float:
+        return count_dense / dense_shard + count_expert / expert_shard if on else count_dense + count_expert
+
+    weights = sharded(dense, expert, plan.zero >= 3) * plan.dtype_bytes
+    gradients = sharded(dense, expert, plan.zero >= 2) * plan.grad_bytes
+    optimizer = sharded(dense, expert, plan.zero >= 1) * OPTIMIZER_BYTES
+    order = stage_order(plan, stage)
+    per_chunk = {c.local: work.chunk_sum(c, "saved_bytes") for c in work.chunks[stage]}
+    activations = peak_in_flight(order, per_chunk)
+    other = 0.0
+    for chunk in work.chunks[stage]:
+        if "head" in chunk.blocks:
+            other += work.value("head", "logits_bytes") * max_in_flight(order, chunk.local)
+    if plan.recompute == "full":
+        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if k in ("dense", "moe")]
+        other += max((work.value(k, "working_bytes") for k in layer_kinds), default=0.0)
+    if plan.zero >= 3:
+        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if k in ("dense", "moe")]
+        biggest = max((work.value(k, "local_dense") + work.value(k, "local_expert") for k in layer_kinds), default=0.0)
+        other += 2 * biggest * plan.dtype_bytes  # current + prefetched layer, gathered
+    return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer,
+                           activations=activations, other=other)
+
+
+def peak_memory(work: Workload) -> list[MemoryBreakdown]:
+    return [stage_memory(work, s) for s in range(work.stages)]

@@ -1,0 +1,127 @@
+"""Per-stage, per-iteration totals a rank of each pipeline stage executes.
+
+Block costs are per micro-batch; a stage runs each of its chunks once per
+micro-batch forward and backward. Data-parallel gradient reduction happens
+once per iteration (ZeRO 0-2; ZeRO-3 gathers parameters per layer and
+reduce-scatters gradients per micro-batch, as FSDP and DeepSpeed do).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from stageopt.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
+from stageopt.parallel.ranks import group_size
+from stageopt.workload import Workload
+
+OPTIMIZER_FLOPS_PER_PARAM = 12  # Adam with weight decay, per parameter and step
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveUse:
+    """Collectives of one kind on one communicator group, per rank per iteration."""
+
+    group: str  # tp | cp | ep | dp_cp | edp_cp (see stageopt.parallel.ranks.GROUP_AXES)
+    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all
+    phase: str  # fwd | bwd | recompute | dp (end of iteration) | zero3
+    count: int
+    bytes_each: float  # buffer size: input for AR/RS/A2A, gathered output for AG
+    group_size: int
+
+    @property
+    def bytes_total(self) -> float:
+        return self.count * self.bytes_each
+
+
+@dataclass(frozen=True)
+class StageStats:
+    stage: int
+    ops: int
+    flops: dict[str, float]  # fwd, bwd, recompute, optimizer, total
+    attention_flops: float  # part of flops in (causal) attention score/context products
+    vector_flops: float
+    bytes_accessed: float
+    collectives: tuple[CollectiveUse, ...]
+    p2p_bytes: float  # sent by one rank per iteration (activations forward, gradients backward)
+    memory: MemoryBreakdown
+    params_local: float
+
+
+def _block_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
+    plan, m = work.plan, work.plan.microbatches
+    found: dict[tuple, int] = defaultdict(int)
+    for chunk in work.chunks[stage]:
+        for kind, n in chunk.blocks.items():
+            block, vals = work.blocks[kind], work.values[kind]
+            for c in block.collectives:
+                size = group_size(plan, c.axis)
+                if size == 1:
+                    continue
+                in_b, out_b = float(vals[block.names[c.index]]), float(vals[block.names[c.index + 1]])
+                bytes_each = out_b if c.kind == "all_gather" else in_b
+                found[(c.axis, c.kind, c.phase, bytes_each, size)] += n * m
+    return [CollectiveUse(g, k, p, cnt, b, s) for (g, k, p, b, s), cnt in found.items()]
+
+
+def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
+    plan = work.plan
+    out: list[CollectiveUse] = []
+    dense, expert = stage_params(work, stage)
+    for group, params in (("dp_cp", dense), ("edp_cp", expert)):
+        size = group_size(plan, group)
+        if size == 1 or params == 0:
+            continue
+        grads, weights = params * plan.grad_bytes, params * plan.dtype_bytes
+        if plan.zero == 0:
+            out.append(CollectiveUse(group, "all_reduce", "dp", 1, grads, size))
+        elif plan.zero in (1, 2):
+            out += [CollectiveUse(group, "reduce_scatter", "dp", 1, grads, size),
+                    CollectiveUse(group, "all_gather", "dp", 1, weights, size)]
+        else:
+            layers = sum(n for c in work.chunks[stage] for k, n in c.blocks.items()) or 1
+            m = plan.microbatches
+            out += [CollectiveUse(group, "all_gather", "zero3", 2 * m * layers, weights / layers, size),
+                    CollectiveUse(group, "reduce_scatter", "zero3", m * layers, grads / layers, size)]
+    tp_partial = work.stage_sum(stage, "local_dense_tp_partial") + work.stage_sum(stage, "local_expert_tp_partial")
+    if tp_partial and plan.tp > 1:
+        out.append(CollectiveUse("tp", "all_reduce", "dp", 1, tp_partial * plan.grad_bytes, plan.tp))
+    return out
+
+
+def _p2p_bytes(work: Workload, stage: int) -> float:
+    last = work.plan.pp * work.plan.vpp - 1
+    total = 0.0
+    for chunk in work.chunks[stage]:
+        boundary = max(work.value(k, "boundary_bytes") for k in chunk.blocks)
+        sends = (chunk.virtual != last) + (chunk.virtual != 0)
+        total += sends * boundary
+    return total * work.plan.microbatches
+
+
+def stage_stats(work: Workload, stage: int) -> StageStats:
+    plan, m = work.plan, work.plan.microbatches
+    flops = {phase: m * work.stage_sum(stage, f"{phase}_flops") for phase in ("fwd", "bwd", "recompute")}
+    dense, expert = stage_params(work, stage)
+    dense_shard, expert_shard = shard_degrees(work)
+    updated = dense / dense_shard + expert / expert_shard if plan.zero >= 1 else dense + expert
+    flops["optimizer"] = OPTIMIZER_FLOPS_PER_PARAM * updated
+    flops["total"] = sum(flops.values())
+    attn = m * sum(work.stage_sum(stage, f"{p}_attn_flops") for p in ("fwd", "bwd", "recompute"))
+    vector = m * sum(work.stage_sum(stage, f"{p}_vector_flops") for p in ("fwd", "bwd", "recompute"))
+    accessed = m * sum(work.stage_sum(stage, f"{p}_bytes") for p in ("fwd", "bwd", "recompute"))
+    ops = m * sum(n * sum(work.blocks[k].op_counts.values()) for c in work.chunks[stage] for k, n in c.blocks.items())
+    colls = _block_collectives(work, stage) + _dp_collectives(work, stage)
+    return StageStats(stage=stage, ops=ops + 1, flops=flops, attention_flops=attn, vector_flops=vector,
+                      bytes_accessed=accessed, collectives=tuple(colls), p2p_bytes=_p2p_bytes(work, stage),
+                      memory=stage_memory(work, stage), params_local=dense + expert)
+
+
+def all_stage_stats(work: Workload) -> list[StageStats]:
+    return [stage_stats(work, s) for s in range(work.stages)]
+
+
+def flops_per_iteration(work: Workload, stats: list[StageStats]) -> float:
+    """Training FLOPs of one iteration summed over every rank."""
+    ranks_per_stage = work.plan.dp * work.plan.tp * work.plan.cp
+    return sum(s.flops["total"] for s in stats) * ranks_per_stage

@@ -1,0 +1,103 @@
+"""Shard a model by a plan into per-stage workloads (the symmetric view).
+
+All ranks of one pipeline stage run the same program, so a workload is one
+:class:`StageWork` per stage, built from the compiled blocks: how many of each
+block the stage's chunks hold, and every block's evaluated costs. Costs here
+are per rank and per iteration unless a name says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from stageopt.graph.compile import CompiledBlock, compile_block
+from stageopt.graph.program import arch_of
+from stageopt.graph.symbols import symbol_values
+from stageopt.model.spec import ModelSpec
+from stageopt.parallel.plan import Plan
+from stageopt.parallel.validate import validate_plan
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One model chunk held by a stage: which blocks, how many of each."""
+
+    stage: int
+    local: int  # chunk index on its stage
+    virtual: int  # position in the model pipeline
+    blocks: dict[str, int]  # block kind -> count
+
+
+@dataclass
+class Workload:
+    model: ModelSpec
+    plan: Plan
+    chunks: list[list[Chunk]]  # per stage
+    blocks: dict[str, CompiledBlock]
+    values: dict[str, dict[str, object]] = field(repr=False)
+
+    @property
+    def stages(self) -> int:
+        return self.plan.pp
+
+    def value(self, kind: str, name: str) -> float:
+        return float(self.values[kind][name])
+
+    def chunk_sum(self, chunk: Chunk, name: str) -> float:
+        return sum(n * self.value(kind, name) for kind, n in chunk.blocks.items())
+
+    def stage_sum(self, stage: int, name: str) -> float:
+        return sum(self.chunk_sum(c, name) for c in self.chunks[stage])
+
+    @cached_property
+    def params_total(self) -> float:
+        return sum(self.stage_sum(s, "params_dense") + self.stage_sum(s, "params_expert") for s in range(self.stages))
+
+    @cached_property
+    def params_active(self) -> float:
+        experts = self.model.experts or 1
+        topk = self.model.top_k or 1
+        return sum(self.stage_sum(s, "params_dense") + self.stage_sum(s, "params_expert") * topk / experts
+                   for s in range(self.stages))
+
+
+def layer_counts(model: ModelSpec, plan: Plan) -> list[int]:
+    """Layers per virtual pipeline chunk; a remainder goes to the middle stages first."""
+    chunks = plan.pp * plan.vpp
+    base, extra = divmod(model.layers, chunks)
+    counts = [base] * chunks
+    order = sorted(range(chunks), key=lambda c: (c in (0, chunks - 1), c))
+    for c in order[:extra]:
+        counts[c] += 1
+    return counts
+
+
+def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Workload:
+    """Validate the plan, compile the model's blocks and lay them out over stages."""
+    validate_plan(plan, model, gpus)
+    arch = arch_of(model, plan)
+    kinds = ["embedding", "dense", "head"] + (["moe"] if model.is_moe else [])
+    blocks = {k: compile_block(k, arch, plan.recompute) for k in kinds}
+    sym = symbol_values(model, plan)
+    values = {k: b.evaluate(sym) for k, b in blocks.items()}
+    counts = layer_counts(model, plan)
+    first_layer = [sum(counts[:i]) for i in range(len(counts))]
+    n_virtual = len(counts)
+    chunks: list[list[Chunk]] = []
+    for stage in range(plan.pp):
+        row = []
+        for local in range(plan.vpp):
+            virtual = local * plan.pp + stage
+            start, n = first_layer[virtual], counts[virtual]
+            dense = max(0, min(start + n, model.dense_layers) - start) if model.is_moe else n
+            blocks_here = {"dense": dense}
+            if model.is_moe:
+                blocks_here["moe"] = n - dense
+            if virtual == 0:
+                blocks_here["embedding"] = 1
+            if virtual == n_virtual - 1:
+                blocks_here["head"] = 1
+            row.append(Chunk(stage, local, virtual, {k: v for k, v in blocks_here.items() if v}))
+        chunks.append(row)
+    return Workload(model=model, plan=plan, chunks=chunks, blocks=blocks, values=values)

@@ -1,0 +1,89 @@
+"""Every user mistake: one line on stderr naming the field, exit code 2, no traceback."""
+
+import pytest
+
+from stageopt.cli import main
+
+LLAMA = ["--model", "llama3-70b"]
+
+
+def run_cli(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+CASES = [
+    # (argv, words the message must contain)
+    (LLAMA + ["--plan", "tp=16", "--gpus", "64"], ["tp=16", "heads"]),
+    (["--model", "gpt3-175b", "--plan", "tp=5", "--gpus", "40"], ["tp=5", "heads=96"]),
+    (LLAMA + ["--plan", "tp=8 pp=3 vpp=2 schedule=interleaved", "--gpus", "48"], ["pp*vpp", "layers=80"]),
+    (LLAMA + ["--plan", "tp=8 pp=4", "--gpus", "100"], ["gpus=100"]),
+    (LLAMA + ["--plan", "tp=8 pp=4 dp=4", "--gpus", "64"], ["gpus=64"]),
+    (LLAMA + ["--plan", "tp=8 pp=4 vpp=3 schedule=interleaved", "--gpus", "64"], ["vpp", "layers=80"]),
+    (LLAMA + ["--plan", "tp=8 pp=2 vpp=2", "--gpus", "16"], ["vpp=2", "schedule"]),
+    (LLAMA + ["--plan", "tp=8 mbs=2 gbs=7", "--gpus", "16"], ["gbs=7"]),
+    (LLAMA + ["--plan", "tp=8 pp=128", "--gpus", "1024"], ["layers=80"]),
+    (["--model", "mixtral-8x7b", "--plan", "tp=1 ep=3", "--gpus", "6"], ["ep=3", "experts"]),
+    (["--model", "mixtral-8x7b", "--plan", "tp=1 ep=4 dp=2", "--gpus", "2"], ["ep=4", "dp=2"]),
+    (LLAMA + ["--plan", "tp=8 ep=2", "--gpus", "16"], ["ep=2"]),
+    (LLAMA + ["--plan", "tp=8 cp=3", "--gpus", "24"], ["seq", "cp"]),
+    (LLAMA + ["--plan", "tp=8 zero=4", "--gpus", "8"], ["zero"]),
+    (LLAMA + ["--plan", "tp=8 zero=1", "--gpus", "8"], ["zero=1", "dp=1"]),
+    (LLAMA + ["--plan", "tp=8 recompute=some", "--gpus", "8"], ["recompute"]),
+    (LLAMA + ["--plan", "tp=8 schedule=zigzag", "--gpus", "8"], ["schedule"]),
+    (LLAMA + ["--plan", "tp=8 sp=maybe", "--gpus", "8"], ["sp"]),
+    (LLAMA + ["--plan", "tp=eight", "--gpus", "8"], ["tp=eight"]),
+    (LLAMA + ["--plan", "tp=-2", "--gpus", "8"], ["tp"]),
+    (LLAMA + ["--plan", "tp=0", "--gpus", "8"], ["tp"]),
+    (LLAMA + ["--plan", "tq=8", "--gpus", "8"], ["tq", "tp"]),
+    (LLAMA + ["--plan", "tp8", "--gpus", "8"], ["tp8"]),
+    (LLAMA + ["--plan", "tp=8 tp=4", "--gpus", "8"], ["twice"]),
+    (LLAMA + ["--plan", "tp=8 dtype=fp64", "--gpus", "8"], ["dtype"]),
+    (LLAMA + ["--plan", "tp=8 pp=2 schedule=interleaved vpp=2 mbs=1 gbs=3", "--gpus", "16"], ["gbs"]),
+    (["--model", "llama3-69b", "--plan", "tp=8", "--gpus", "8"], ["llama3-69b", "llama3-70b"]),
+    (["--model", "nonexistent.yaml", "--plan", "tp=8", "--gpus", "8"], ["nonexistent.yaml"]),
+    (LLAMA + ["--set", "layers=-3", "--plan", "tp=8", "--gpus", "8"], ["layers"]),
+    (LLAMA + ["--set", "hiddn=4096", "--plan", "tp=8", "--gpus", "8"], ["hiddn", "hidden"]),
+    (LLAMA + ["--set", "layers", "--plan", "tp=8", "--gpus", "8"], ["key=value"]),
+    (LLAMA + ["--set", "kv_heads=7", "--plan", "tp=1", "--gpus", "1"], ["kv_heads"]),
+    (LLAMA + ["--set", "family=rnn", "--plan", "tp=1", "--gpus", "1"], ["family"]),
+    (["--model", "mixtral-8x7b", "--set", "top_k=9", "--plan", "tp=1", "--gpus", "1"], ["top_k"]),
+]
+
+
+@pytest.mark.parametrize("argv, words", CASES)
+def test_bad_input_is_one_line_exit_2(capsys, argv, words):
+    code, err = run_cli(capsys, ["inspect", *argv])
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def test_malformed_yaml(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: llama\nlayers: [1, 2\n")
+    code, err = run_cli(capsys, ["inspect", "--model", str(bad), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and "malformed YAML" in err and len(err.splitlines()) == 1
+
+
+def test_yaml_with_unknown_key(capsys, tmp_path):
+    bad = tmp_path / "m.yaml"
+    bad.write_text("family: llama\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 4\nffn: 128\nvocab: 100\nseq: 32\nlayer_count: 3\n")
+    code, err = run_cli(capsys, ["inspect", "--model", str(bad), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and "layer_count" in err
+
+
+def test_yaml_missing_field(capsys, tmp_path):
+    bad = tmp_path / "m.yaml"
+    bad.write_text("family: llama\nlayers: 2\n")
+    code, err = run_cli(capsys, ["inspect", "--model", str(bad), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and "missing model field" in err
+
+
+def test_missing_required_argument_is_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["inspect", "--model", "llama3-8b"])
+    assert exc.value.code == 2
