@@ -15,9 +15,11 @@ from stageopt.errors import StageoptError
 
 COMMANDS = [
     "inspect",
+    "simulate",
     "presets",
     "validate_trace",
     "replay",
+    "generate",
 ]
 
 

@@ -26,7 +26,7 @@ Conventions, for ``n`` ranks, ``S`` bytes, per-step latency α (the tier's
 
 from __future__ import annotations
 
-import math
+import numpy as np
 from dataclasses import dataclass
 from typing import Literal
 
@@ -76,20 +76,31 @@ class CollectiveAlgorithms:
         return getattr(self, kind)  # type: ignore[no-any-return]
 
 
-def alpha_beta_terms(kind: CollectiveKind, algorithm: Algorithm, n: int) -> tuple[float, float]:
-    """Return ``(latency_steps, volume_factor)``: time = steps·α + factor·S/β."""
-    if n <= 1:
-        return 0.0, 0.0
+def alpha_beta_terms(kind: CollectiveKind, algorithm: Algorithm, n):
+    """Return ``(latency_steps, volume_factor)``: time = steps·α + factor·S/β.
+
+    ``n`` may be an int or a numpy array (the analytical model evaluates many
+    candidates at once); groups of one rank cost nothing.
+    """
     if algorithm not in SUPPORTED.get(kind, ()):
         raise ConfigError(f"collective {kind} has no algorithm {algorithm!r}; "
                           f"choose one of {', '.join(SUPPORTED.get(kind, ()))}")
-    share = (n - 1) / n
-    log_steps = float(math.ceil(math.log2(n)))
+    n_arr = np.asarray(n, dtype=float)
+    many = n_arr > 1
+    safe = np.where(many, n_arr, 2.0)
+    share = (safe - 1) / safe
+    log_steps = np.ceil(np.log2(safe))
     phases = 2.0 if kind == "all_reduce" else 1.0
     if kind == "all_to_all":
-        return (float(n - 1), (n - 1) / 2) if algorithm == "ring" else (1.0, share)
-    steps = {"ring": float(n - 1), "tree": log_steps, "halving_doubling": log_steps, "direct": 1.0}[algorithm]
-    return phases * steps, phases * share
+        steps, factor = (safe - 1, (safe - 1) / 2) if algorithm == "ring" else (np.ones_like(safe), share)
+    else:
+        steps = {"ring": safe - 1, "tree": log_steps, "halving_doubling": log_steps,
+                 "direct": np.ones_like(safe)}[algorithm] * phases
+        factor = phases * share
+    steps, factor = np.where(many, steps, 0.0), np.where(many, factor, 0.0)
+    if steps.ndim == 0:
+        return float(steps), float(factor)
+    return steps, factor
 
 
 def collective_time_s(kind: CollectiveKind, algorithm: Algorithm, size_bytes: float, n: int,

@@ -22,3 +22,15 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     model = load_model(args.model, args.model_set)
     plan = Plan.parse(args.plan, gpus=args.gpus)
     return build_workload(model, plan, args.gpus)
+
+
+def add_hardware_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hardware", default="h100-sxm", help="hardware preset or YAML file (default h100-sxm)")
+    parser.add_argument("--hw-set", dest="hw_set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a hardware field, e.g. scaleout.bandwidth_gbps=100 (repeatable)")
+
+
+def hardware_from_args(args: argparse.Namespace):
+    from stageopt.hardware import apply_hw_overrides, load_hardware
+
+    return apply_hw_overrides(load_hardware(args.hardware), args.hw_set)

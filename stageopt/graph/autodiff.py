@@ -107,7 +107,8 @@ class _Differentiator:
         grads = tuple(self.bwd.derive(t, f"d{t.name}", layout=lay, role="grad")
                       for t, lay in ((q, q.layout), (k, kv_layout), (v, kv_layout)))
         self.bwd.emit(Op(name=f"d{op.name}", kind="attention", inputs=(gout, *saved), outputs=grads,
-                         flops=2 * op.flops, attrs={"spec": op.attrs.get("spec", "")}))
+                         flops=2 * op.flops,
+                         attrs={"spec": op.attrs.get("spec", ""), "causal": op.attrs.get("causal", False)}))
         for t, g in zip((q, k, v), grads):
             self._deliver(t, g)
 

@@ -104,3 +104,40 @@ def compile_block(kind: str, arch: Arch, recompute: str) -> CompiledBlock:
 
 def as_array(x: object) -> np.ndarray:
     return np.asarray(x, dtype=float)
+
+
+KIND_CODE = {"matmul": 0, "attention": 1, "vector": 2}
+PHASE_CODE = {"fwd": 0, "bwd": 1, "recompute": 2}
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """Per-op FLOPs and bytes of one block's compute ops, for kernel-level time models.
+
+    ``kinds`` uses KIND_CODE, ``phases`` PHASE_CODE; ``fn`` returns 2n values:
+    n FLOP counts (tensor FLOPs for matmul/attention, vector FLOPs otherwise)
+    then n byte counts, per rank and micro-batch.
+    """
+
+    kinds: np.ndarray
+    phases: np.ndarray
+    causal: np.ndarray
+    fn: Callable[..., list]
+
+    def evaluate(self, values: dict[str, object], size: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(flops, bytes) as arrays of shape (ops, size)."""
+        out = self.fn(*[values[s.name] for s in ALL_SYMBOLS])
+        rows = np.array([np.broadcast_to(np.asarray(x, dtype=float), (size,)) for x in out]).reshape(2, -1, size)
+        return rows[0], rows[1]
+
+
+@lru_cache(maxsize=64)
+def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
+    graph = build_block(kind, arch, recompute)
+    ops = [op for phase in PHASES for op in _phase_ops(graph, phase) if op.kind in COMPUTE_KINDS]
+    flops = [op.flops if op.kind != "vector" else op.vector_flops for op in ops]
+    nbytes = [op.bytes_read + op.bytes_written for op in ops]
+    fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes, modules="numpy", cse=True)
+    return OpTable(kinds=np.array([KIND_CODE[op.kind] for op in ops], dtype=int),
+                   phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int),
+                   causal=np.array([bool(op.attrs.get("causal")) for op in ops]), fn=fn)

@@ -1,0 +1,41 @@
+"""``stageopt simulate``: iteration time, throughput, MFU and memory of one plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from stageopt.commands._common import add_hardware_args, add_model_plan_args, hardware_from_args, workload_from_args
+from stageopt.sim.analytical import AnalyticalSimulator
+from stageopt.sim.base import Estimate
+
+BACKENDS = {"analytical": AnalyticalSimulator}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="estimate one iteration of a plan on a hardware preset")
+    add_model_plan_args(p)
+    add_hardware_args(p)
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="analytical")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def render(est: Estimate) -> str:
+    lines = [f"iteration time   {est.iteration_time_s:10.3f} s      tokens/s {est.tokens_per_s:,.0f}",
+             f"model TFLOP/s/GPU {est.model_tflops_per_gpu:9.1f}        MFU {est.mfu:.1%}"
+             f"   (with recompute {est.hardware_tflops_per_gpu:.1f})",
+             f"peak memory      {est.peak_memory_gib:10.2f} GiB    {'fits' if est.fits_memory else 'DOES NOT FIT'}",
+             "time breakdown (s):"]
+    lines += [f"  {k:<18} {v:10.4f}" for k, v in est.time_breakdown_s.items()]
+    lines.append("memory breakdown (GiB):")
+    lines += [f"  {k:<18} {v:10.2f}" for k, v in est.memory_breakdown_gib.items()]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    work = workload_from_args(args)
+    hw = hardware_from_args(args)
+    est = BACKENDS[args.backend]().evaluate(work, hw)
+    print(json.dumps(est.to_json(), indent=1) if args.json else render(est))
+    return 0
