@@ -1,0 +1,119 @@
+"""Per-op costs of one block, compiled once: the kernels a trace node stands for.
+
+:mod:`stageopt.graph.compile` lambdifies a block's *aggregates*; a trace needs
+every op separately (one node per kernel or collective), so this module
+lambdifies the list of per-op expressions once per (block kind, arch,
+recompute) and keeps, next to it, the structure the program builder walks:
+which tensors an op reads and writes (data dependencies follow from which op
+produced each input) and which weight groups it reads (ZeRO-3 gathers).
+
+Views and reshards that move no data become ``alias`` ops: they produce no
+node, their outputs simply stand for their inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+
+from stageopt.graph.blocks import Arch
+from stageopt.graph.program import BlockGraph, build_block
+from stageopt.graph.symbols import ALL_SYMBOLS
+from stageopt.graph.tensor import Op
+
+COMPUTE_KINDS = ("matmul", "attention", "vector")
+
+
+@dataclass(frozen=True, slots=True)
+class OpShape:
+    """One op of a block phase, without numbers (those come from :class:`BlockOps.evaluate`).
+
+    ``kind``: ``comp`` (a kernel), ``coll`` (a collective on ``axis``) or
+    ``alias`` (a view or data-free reshard). ``values`` indexes the evaluated
+    vector: comp -> (num_ops, tensor_size), coll -> (input bytes, output bytes).
+    """
+
+    name: str
+    phase: str  # fwd | bwd | recompute
+    kind: str
+    collective: str  # all_reduce | all_gather | reduce_scatter | all_to_all ("" unless coll)
+    axis: str  # tp | cp | ep ("" unless coll)
+    inputs: tuple[int, ...]  # tensor uids read (weights excluded)
+    weight_groups: tuple[str, ...]  # param groups of the weights read ("dense", "expert")
+    outputs: tuple[int, ...]
+    values: int
+
+
+@dataclass(frozen=True)
+class BlockOps:
+    """A block's ops per step kind: ``forward`` for F, ``backward`` (recompute, then bwd) for B.
+
+    ``*_exits`` are the tensors the next block of the same step consumes: the
+    block output going forward, the gradient of the block input going backward.
+    """
+
+    kind: str
+    forward: tuple[OpShape, ...]
+    backward: tuple[OpShape, ...]
+    forward_exits: tuple[int, ...]
+    backward_exits: tuple[int, ...]
+    fn: Callable[..., list]
+
+    def evaluate(self, symbols: dict[str, float]) -> np.ndarray:
+        """Every op's numbers for concrete symbol values, rounded to integers (FLOPs, bytes)."""
+        raw = np.asarray(self.fn(*[symbols[s.name] for s in ALL_SYMBOLS]), dtype=float)
+        return np.rint(raw).astype(np.int64)
+
+
+def _shape(op: Op, phase: str, index: int) -> OpShape:
+    inputs = tuple(t.uid for t in op.inputs if t.role != "weight")
+    groups = tuple(sorted({t.param_group for t in op.inputs if t.role == "weight"}))
+    outputs = tuple(t.uid for t in op.outputs)
+    if op.kind in COMPUTE_KINDS:
+        return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index)
+    if op.kind == "comm" and op.collective is not None:
+        c = op.collective
+        return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index)
+    return OpShape(op.name, phase, "alias", "", "", inputs, groups, outputs, -1)
+
+
+def _values(op: Op) -> tuple[sp.Expr, sp.Expr]:
+    if op.kind in COMPUTE_KINDS:
+        return op.flops + op.vector_flops, op.bytes_read + op.bytes_written
+    assert op.collective is not None
+    return op.collective.input_bytes, op.collective.output_bytes
+
+
+def _backward_exits(graph: BlockGraph) -> tuple[int, ...]:
+    """Gradients produced in backward and read by no later backward op, other than weight gradients."""
+    ops = graph.recompute + graph.bwd
+    read = {t.uid for op in ops for t in op.inputs}
+    wgrads = {t.uid for t in graph.weight_grads}
+    return tuple(t.uid for op in ops for t in op.outputs
+                 if t.uid not in read and t.uid not in wgrads and t.role == "grad")
+
+
+@lru_cache(maxsize=64)
+def block_ops(kind: str, arch: Arch, recompute: str) -> BlockOps:
+    """Compile one block's per-op expressions (cached: the same block serves every plan)."""
+    graph = build_block(kind, arch, recompute)
+    exprs: list[sp.Expr] = []
+
+    def phase_ops(ops: tuple[Op, ...]) -> tuple[OpShape, ...]:
+        out = []
+        for op in ops:
+            shape = _shape(op, op.phase, len(exprs))
+            if shape.kind != "alias":
+                exprs.extend(_values(op))
+            out.append(shape)
+        return tuple(out)
+
+    forward = phase_ops(graph.fwd)
+    backward = phase_ops(graph.recompute + graph.bwd)
+    fn = sp.lambdify(ALL_SYMBOLS, exprs, modules="numpy", cse=True)
+    return BlockOps(kind=kind, forward=forward, backward=backward, forward_exits=(graph.output.uid,),
+                    backward_exits=_backward_exits(graph), fn=fn)

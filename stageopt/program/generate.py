@@ -1,0 +1,160 @@
+"""Write a complete ASTRA-sim input set for one model, plan and machine.
+
+``DIR/<prefix>.<rank>.et`` for each requested rank, ``DIR/comm_groups.json``,
+``DIR/system.json``, ``DIR/network.yml``, ``DIR/memory.json`` and
+``DIR/run_astrasim.sh`` (runs the binary named by ``STAGEOPT_ASTRA_SIM``).
+
+Scale by symmetry: one program and one serialized template per pipeline
+stage; a rank costs one dictionary of substitutions and one splice of the
+template's bytes, so the work is proportional to the bytes written. Group
+ids come from array lookups (:mod:`stageopt.program.groups`), never from
+searching groups per rank.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stageopt.chakra import TraceTemplate, write_comm_groups
+from stageopt.errors import ConfigError
+from stageopt.hardware import Hardware
+from stageopt.hardware_astrasim import write_astra_sim_configs
+from stageopt.program.chakra_emit import rank_patches, stage_template
+from stageopt.program.groups import GroupTable
+from stageopt.program.stage_program import ProgramOptions, build_programs
+from stageopt.sim.astrasim_runner import ENV_VAR
+from stageopt.workload import Workload
+
+SCRIPT_NAME = "run_astrasim.sh"
+GROUPS_NAME = "comm_groups.json"
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """What :func:`generate` wrote."""
+
+    out_dir: Path
+    prefix: str
+    ranks: int  # trace files written
+    world: int
+    bytes_written: int  # trace bytes
+    files: tuple[Path, ...]  # non-trace files
+    command: str
+
+
+def parse_ranks(text: str | None, world: int) -> list[int]:
+    """``"0-7,12"`` -> [0..7, 12]; None -> every rank. Errors name the bad item and the range."""
+    if text is None:
+        return list(range(world))
+    out: set[int] = set()
+    for item in text.replace(" ", "").split(","):
+        lo, sep, hi = item.partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise ConfigError(f"--ranks item '{item}' is not N or N-M; write e.g. --ranks 0-7,12") from None
+        if first > last:
+            raise ConfigError(f"--ranks item '{item}' runs backwards; write {last}-{first}")
+        if first < 0 or last >= world:
+            raise ConfigError(f"--ranks {item}: ranks are 0..{world - 1} for {world} GPUs; stay inside that range")
+        out.update(range(first, last + 1))
+    return sorted(out)
+
+
+def prepare_out_dir(out: Path) -> Path:
+    """Create ``out`` (and parents) and check that files can be written into it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"--out {out}: exists and is not a directory; choose a directory path") from None
+    except OSError as err:
+        raise ConfigError(f"--out {out}: cannot create it ({err.strerror}); choose a writable directory") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: directory is not writable; choose a writable directory")
+    return out
+
+
+def astra_command(out: Path, prefix: str) -> str:
+    """The ASTRA-sim command line for a generated set (binary from ``$STAGEOPT_ASTRA_SIM``)."""
+    d = shlex.quote(str(out))
+    return (f'"${ENV_VAR}" --workload-configuration={d}/{prefix} --comm-group-configuration={d}/{GROUPS_NAME} '
+            f"--system-configuration={d}/system.json --remote-memory-configuration={d}/memory.json "
+            f"--network-configuration={d}/network.yml")
+
+
+def _write_script(out: Path, prefix: str) -> Path:
+    path = out / SCRIPT_NAME
+    text = f"""#!/bin/sh
+# Run ASTRA-sim on this trace set (written by `stageopt generate`).
+# Set {ENV_VAR} to the analytical binary, e.g. AstraSim_Analytical_Congestion_Unaware.
+set -eu
+cd "$(dirname "$0")"
+exec "${{{ENV_VAR}:?set {ENV_VAR} to the ASTRA-sim binary}}" \\
+  --workload-configuration=./{prefix} \\
+  --comm-group-configuration=./{GROUPS_NAME} \\
+  --system-configuration=./system.json \\
+  --remote-memory-configuration=./memory.json \\
+  --network-configuration=./network.yml \\
+  --logging-folder=./log "$@"
+"""
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as err:
+        raise ConfigError(f"cannot write trace {path}: {err.strerror}") from None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as err:
+        raise ConfigError(f"cannot write trace {path}: {err.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def generate(work: Workload, hw: Hardware, out: Path | str, *, ranks: Sequence[int] | None = None,
+             prefix: str = "workload", options: ProgramOptions | None = None,
+             progress: bool = False) -> GenerateResult:
+    """Write the trace set for ``ranks`` (default: all) and the files ASTRA-sim needs beside it."""
+    plan = work.plan
+    out = prepare_out_dir(Path(out))
+    world = plan.gpus
+    todo = list(range(world)) if ranks is None else list(ranks)
+    programs = build_programs(work, options)
+    groups = GroupTable(plan, set().union(*(p.groups_used() for p in programs)))
+    configs = write_astra_sim_configs(hw, world, out, dtype=plan.dtype)  # fails early on a machine mismatch
+    write_comm_groups(out / GROUPS_NAME, groups.comm_groups())
+    per_stage = world // plan.pp
+    templates: dict[int, TraceTemplate] = {}
+    written = 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(todo), unit="rank", file=sys.stderr, desc="writing traces", leave=False)
+    base = os.path.join(str(out), prefix)
+    for rank in todo:
+        stage = rank // per_stage
+        template = templates.get(stage)
+        if template is None:
+            template = templates[stage] = stage_template(programs[stage])
+        data = template.render(rank_patches(plan, groups, rank))
+        _write_bytes(f"{base}.{rank}.et", data)
+        written += len(data)
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    script = _write_script(out, prefix)
+    files = (out / GROUPS_NAME, configs.system, configs.network, configs.memory, script)
+    return GenerateResult(out_dir=out, prefix=prefix, ranks=len(todo), world=world, bytes_written=written,
+                          files=files, command=astra_command(out, prefix))

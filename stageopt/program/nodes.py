@@ -1,0 +1,61 @@
+"""The in-memory program of one pipeline stage: a plain list of small records.
+
+Every rank of a stage runs the same program; what differs between ranks is
+named symbolically here (a collective's ``group`` kind, a message's ``peer``
+stage) and resolved per rank only when a trace is written. Keeping the
+program free of rank numbers is what lets the Chakra writer serialize it once
+per stage and lets a symmetric simulator replay one representative rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMP = "comp"
+COLL = "coll"
+SEND = "send"
+RECV = "recv"
+
+NEXT = "next"  # the stage holding the following virtual chunk
+PREV = "prev"  # the stage holding the preceding virtual chunk
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramNode:
+    """One kernel, collective or message of a stage program.
+
+    Ids are positions in :attr:`StageProgram.nodes`; every dependency points to a
+    smaller id, so the list is in topological order. ``num_ops`` counts FLOPs
+    (tensor-core plus vector work), ``tensor_size`` the bytes a kernel reads and
+    writes, ``comm_size`` the bytes ASTRA-sim expects (per-rank input for an
+    all-gather, the whole buffer otherwise). ``phase`` says where the work comes
+    from: fwd, bwd, recompute (block ops), dp (end-of-iteration gradient and
+    parameter sync), zero3 (per-layer gathers and gradient scatters), p2p,
+    optimizer.
+    """
+
+    id: int
+    name: str
+    type: str  # comp | coll | send | recv
+    phase: str
+    data_deps: tuple[int, ...] = ()
+    ctrl_deps: tuple[int, ...] = ()
+    num_ops: int = 0
+    tensor_size: int = 0
+    collective: str = ""  # all_reduce | all_gather | reduce_scatter | all_to_all
+    comm_size: int = 0
+    group: str = ""  # communicator kind (stageopt.parallel.ranks.GROUP_AXES)
+    group_size: int = 0
+    peer: str = ""  # next | prev (send / recv)
+    tag: int = 0
+
+
+@dataclass(frozen=True)
+class StageProgram:
+    """Everything one rank of ``stage`` executes in one training iteration."""
+
+    stage: int
+    nodes: tuple[ProgramNode, ...]
+
+    def groups_used(self) -> set[str]:
+        return {n.group for n in self.nodes if n.type == COLL}
