@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,7 @@ def _h100_text() -> str:
         (lambda t: t.replace("topology: switch", "topology: torus"), r"node.topology = 'torus' must be one of"),
         (lambda t: t.replace("all_to_all: direct}\nscaleout", "all_to_all: tree}\nscaleout"),
          r"all_to_all = 'tree' is not supported; choose one of ring, direct"),
-        (lambda t: t.replace("peak_fraction: 0.75, overhead_us: 4.0, tile", "peak_fraction: 1.5, overhead_us: 4.0, tile"),
+        (lambda t: re.sub(r"matmul: \{peak_fraction: [0-9.]+", "matmul: {peak_fraction: 1.5", t),
          r"MatmulEfficiency.peak_fraction = 1.5 must be <= 1"),
         (lambda t: t.replace("cost_per_gpu_hour: 3.0", "cost_per_gpu_hour: -1"), r"cost_per_gpu_hour = -1.0 must be > 0"),
         (lambda t: yaml.safe_dump({**yaml.safe_load(t), "gpu": 3}), r"hw.yaml.gpu = 3 must be a mapping \(Gpu\)"),
@@ -203,21 +204,25 @@ def test_kernel_efficiency_is_a_saturating_curve() -> None:
 
 
 def test_matmul_time_against_hand_roofline() -> None:
-    gpu = load_hardware("h100-sxm").gpu  # matmul 0.75 of 989.4, 4 us, tile 128; HBM 3350 GB/s x 0.85
+    gpu = load_hardware("h100-sxm").gpu
+    mm, eff = gpu.efficiency.matmul, gpu.efficiency
+    pf, ov, mem = mm.peak_fraction, mm.overhead_us * 1e-6, eff.memory_fraction
     m, n, k = 8192, 8192, 8192
-    compute = 4e-6 + 2 * m * n * k / (0.75 * 989.4e12)
+    compute = ov + 2 * m * n * k / (pf * 989.4e12)
     assert gpu.matmul_time_s(m, n, k) == pytest.approx(compute)
     # m = 1000 pads to 8 tiles of 128 rows: as slow as m = 1024 (compute bound here).
-    assert gpu.matmul_time_s(1000, 8192, 8192) == pytest.approx(4e-6 + 2 * 1024 * 8192 * 8192 / (0.75 * 989.4e12))
+    assert gpu.matmul_time_s(1000, 8192, 8192) == pytest.approx(ov + 2 * 1024 * 8192 * 8192 / (pf * 989.4e12))
     assert gpu.efficiency.matmul.efficiency(1000, 8192, 8192, 989.4) < gpu.efficiency.matmul.efficiency(
         1024, 8192, 8192, 989.4)
     # A skinny GEMM (m = 1 pads to 128) is memory bound: reads an 8192x8192 bf16 weight.
-    skinny = 4e-6 + (8192 + 8192 * 8192 + 8192) * 2 / (3350e9 * 0.85)
+    skinny = ov + (8192 + 8192 * 8192 + 8192) * 2 / (3350e9 * mem)
     assert gpu.matmul_time_s(1, 8192, 8192) == pytest.approx(skinny)
     assert gpu.matmul_time_s(0, 8192, 8192) == 0.0
-    assert gpu.memory_time_s(3350e9 * 0.85) == pytest.approx(1.0)
-    assert gpu.attention_time_s(1e12) == pytest.approx(4e-6 + 1e12 / (0.75 * 989.4e12))
-    assert gpu.attention_time_s(1e12, backward=True) == pytest.approx(6e-6 + 1e12 / (0.55 * 989.4e12))
+    assert gpu.memory_time_s(3350e9 * mem) == pytest.approx(1.0)
+    fwd, bwd = eff.attention_forward, eff.attention_backward
+    assert gpu.attention_time_s(1e12) == pytest.approx(fwd.overhead_us * 1e-6 + 1e12 / (fwd.peak_fraction * 989.4e12))
+    assert gpu.attention_time_s(1e12, backward=True) == pytest.approx(
+        bwd.overhead_us * 1e-6 + 1e12 / (bwd.peak_fraction * 989.4e12))
 
 
 # ----------------------------------------------------------------------------- collectives

@@ -23,7 +23,9 @@ DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 class Plan:
     """Degrees of every parallel axis plus batch, memory and schedule choices.
 
-    ``dp`` counts data-parallel replicas; ``ep`` experts are split across a
+    ``dp_overlap`` overlaps gradient reduction with backward; ``tp_overlap``
+    pipelines TP collectives with the GEMMs next to them (Megatron-Core's
+    userbuffer overlap). ``dp`` counts data-parallel replicas; ``ep`` experts are split across a
     factor of ``dp`` (expert data parallelism is ``dp / ep``). ``vpp`` is the
     number of virtual pipeline chunks per stage (interleaved 1F1B).
     """
@@ -43,6 +45,7 @@ class Plan:
     dtype: str = "bf16"
     grad_dtype: str = "bf16"
     dp_overlap: bool = True
+    tp_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs"):
@@ -120,7 +123,7 @@ class Plan:
 
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero")
-_BOOL_FIELDS = ("sp", "dp_overlap")
+_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp"}
 
 
