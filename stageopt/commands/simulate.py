@@ -7,16 +7,27 @@ import json
 
 from stageopt.commands._common import add_hardware_args, add_model_plan_args, hardware_from_args, workload_from_args
 from stageopt.sim.analytical import AnalyticalSimulator
-from stageopt.sim.base import Estimate
+from stageopt.sim.base import Estimate, Simulator
 
-BACKENDS = {"analytical": AnalyticalSimulator}
+BACKENDS = ("analytical", "astra-sim")
+
+
+def make_simulator(args: argparse.Namespace) -> Simulator:
+    if args.backend == "astra-sim":
+        from stageopt.sim.astrasim import AstraSimSimulator
+
+        return AstraSimSimulator(binary=args.astra_sim, timeout_s=args.timeout)
+    return AnalyticalSimulator()
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="estimate one iteration of a plan on a hardware preset")
     add_model_plan_args(p)
     add_hardware_args(p)
-    p.add_argument("--backend", choices=sorted(BACKENDS), default="analytical")
+    p.add_argument("--backend", choices=BACKENDS, default="analytical")
+    p.add_argument("--astra-sim", dest="astra_sim", metavar="PATH",
+                   help="ASTRA-sim analytical binary (default: $STAGEOPT_ASTRA_SIM)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before an external simulator is killed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -36,6 +47,6 @@ def render(est: Estimate) -> str:
 def run(args: argparse.Namespace) -> int:
     work = workload_from_args(args)
     hw = hardware_from_args(args)
-    est = BACKENDS[args.backend]().evaluate(work, hw)
+    est = make_simulator(args).evaluate(work, hw)
     print(json.dumps(est.to_json(), indent=1) if args.json else render(est))
     return 0
