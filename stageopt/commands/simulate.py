@@ -9,7 +9,7 @@ from stageopt.commands._common import add_hardware_args, add_model_plan_args, ha
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.base import Estimate, Simulator
 
-BACKENDS = ("analytical", "astra-sim")
+BACKENDS = ("analytical", "replay", "astra-sim")
 
 
 def make_simulator(args: argparse.Namespace) -> Simulator:
@@ -17,6 +17,10 @@ def make_simulator(args: argparse.Namespace) -> Simulator:
         from stageopt.sim.astrasim import AstraSimSimulator
 
         return AstraSimSimulator(binary=args.astra_sim, timeout_s=args.timeout)
+    if args.backend == "replay":
+        from stageopt.sim.replay import ReplaySimulator
+
+        return ReplaySimulator()
     return AnalyticalSimulator()
 
 

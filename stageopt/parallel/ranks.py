@@ -94,3 +94,14 @@ def all_groups(plan: Plan, kind: str) -> np.ndarray:
 def pp_peer(plan: Plan, rank: int, stage: int) -> int:
     """The rank holding the same non-PP coordinates on pipeline stage ``stage``."""
     return rank_of(plan, {**coords_of(plan, rank), "pp": stage})
+
+
+def group_stride(plan: Plan, kind: str) -> int:
+    """Rank distance between neighbouring members of a ``kind`` group (1 for TP)."""
+    stride = 1
+    axes = GROUP_AXES[kind]
+    for axis in _COORD_ORDER:
+        if axis in axes:
+            return stride
+        stride *= _degrees(plan)[axis]
+    return stride
