@@ -25,7 +25,7 @@ from stageopt.hardware import Hardware
 from stageopt.memory import GIB, OPTIMIZER_BYTES
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
-from stageopt.sim.network_model import collective_time, p2p_time
+from stageopt.sim.network_model import collective_time, flat_scaleout_time, p2p_time
 
 FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero")
 SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
@@ -111,10 +111,12 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np
     stages = _stage_compositions(model, c, layers)
     boundary = cost["dense"]["agg"]["boundary_bytes"]
     t_p2p = p2p_time(hw, boundary, c["tp"] * c["cp"] * c["dp"])
+    tail_parts = {name: _tail(hw, proto, cost, comp, c, m) for name, comp in stages.items()}
     parts = {}
     for name, comp in stages.items():
         parts[name] = _stage_time_parts(cost, comp, t_p2p, c)
-    t_stage = {name: sum(p[k] for k in ("compute", "tp", "cp", "ep", "p2p")) for name, p in parts.items()}
+        parts[name]["zero3"] = tail_parts[name]["zero3"]  # on the critical path of every micro-batch
+    t_stage = {name: sum(p[k] for k in ("compute", "tp", "cp", "ep", "p2p", "zero3")) for name, p in parts.items()}
     t_max = np.maximum.reduce([t_stage["first"], np.where(pp > 2, t_stage["middle"], 0), t_stage["last"]])
     total_layers_t = (model.layers - layers["first"] - layers["last"]) / np.maximum(layers["middle"], 1)
     t_sum = t_stage["first"] + np.where(pp > 1, t_stage["last"], 0) + np.where(pp > 2, total_layers_t * t_stage["middle"], 0)
@@ -126,7 +128,6 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np
     def pick(key):
         return np.choose(crit, [parts[nm][key] for nm in names])
 
-    tail_parts = {name: _tail(hw, proto, cost, comp, c, m) for name, comp in stages.items()}
     tail = np.maximum.reduce([tail_parts[nm]["dp"] + tail_parts[nm]["optimizer"] for nm in names])
     tail_crit = np.argmax(np.stack([tail_parts[nm]["dp"] + tail_parts[nm]["optimizer"] for nm in names]), axis=0)
     iteration = pipe + tail
@@ -138,7 +139,7 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np
     for key in ("compute", "tp", "cp", "ep", "p2p"):
         out[f"t_{key}"] = m * pick(key)
     out["t_bubble"] = pipe - m * t_max
-    out["t_dp"] = np.choose(tail_crit, [tail_parts[nm]["dp"] for nm in names])
+    out["t_dp"] = np.choose(tail_crit, [tail_parts[nm]["dp"] for nm in names]) + m * pick("zero3")
     out["t_optimizer"] = np.choose(tail_crit, [tail_parts[nm]["optimizer"] for nm in names])
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total"):
         out[f"mem_{key}"] = np.choose(mem_crit, [mem[nm][key] for nm in names]) / GIB
@@ -226,12 +227,13 @@ def _tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndar
     overlap = c["dp_overlap"]
     exposed = np.where(overlap, np.maximum(grad_t / layers, grad_t - bwd_one), grad_t)
     exposed = exposed + np.where(overlap, np.maximum(gather_t / layers, gather_t - fwd_one), gather_t)
-    dp_time = np.where(zero >= 3, m * _zero3_time(hw, groups, w_bytes, g_bytes), exposed)
+    dp_time = np.where(zero >= 3, 0.0, exposed)
+    zero3_mb = np.where(zero >= 3, _zero3_time(hw, groups, w_bytes, g_bytes), 0.0)
     shard = np.where(zero >= 1, 1.0, 0.0)
     updated = dense / np.where(shard > 0, c["dp"] * c["cp"], 1) + expert / np.where(shard > 0, edp * c["cp"], 1)
     opt_bytes = updated * (ADAM_STATE_TRAFFIC + g_bytes + w_bytes)
     optimizer = opt_bytes / (hw.gpu.hbm_gbps * 1e9 * hw.gpu.efficiency.memory_fraction)
-    return {"dp": dp_time, "optimizer": optimizer}
+    return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb}
 
 
 def _zero3_time(hw: Hardware, groups, w_bytes: int, g_bytes: int) -> np.ndarray:
@@ -241,20 +243,12 @@ def _zero3_time(hw: Hardware, groups, w_bytes: int, g_bytes: int) -> np.ndarray:
     the speed of flat rings bound by each GPU's NIC, with no measurable overlap,
     so they are charged that way (over the scale-out tier, exposed).
     """
-    tier = hw.tiers[1]
     total = 0.0
     for params, n in groups:
-        gather = _flat(tier, "all_gather", params * w_bytes, n)
-        scatter = _flat(tier, "reduce_scatter", params * g_bytes, n)
+        gather = flat_scaleout_time(hw, "all_gather", params * w_bytes, n)
+        scatter = flat_scaleout_time(hw, "reduce_scatter", params * g_bytes, n)
         total = total + 2 * gather + scatter
     return total
-
-
-def _flat(tier, kind: str, size, n):
-    from stageopt.hardware_collectives import alpha_beta_terms
-
-    steps, factor = alpha_beta_terms(kind, tier.collectives.for_kind(kind), n)
-    return steps * tier.latency_us * 1e-6 + factor * size / (tier.bandwidth_gbps * 1e9)
 
 
 def _in_flight(c: dict, m: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray]:

@@ -57,3 +57,13 @@ def p2p_time(hw: Hardware, size, stride):
     t_in = inner.latency_us * 1e-6 + np.asarray(size, dtype=float) / (inner.bandwidth_gbps * 1e9)
     t_out = outer.latency_us * 1e-6 + np.asarray(size, dtype=float) / (outer.bandwidth_gbps * 1e9)
     return np.where(crosses, t_out, t_in)
+
+
+def flat_scaleout_time(hw: Hardware, kind: str, size, n):
+    """A collective run as one flat ring bound by each GPU's scale-out NIC.
+
+    How ZeRO-3's per-layer gathers and scatters behaved at 384-2,240 A100s in
+    Narayanan et al. 2021, Table 2 (see experiments/validation): used for them
+    by both the analytical model and the replay.
+    """
+    return _tier_time(hw.tiers[1], kind, size, n)

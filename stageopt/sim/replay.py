@@ -17,7 +17,7 @@ from stageopt.program import ProgramOptions, StageProgram, build_programs
 from stageopt.program.nodes import COLL, COMP, SEND
 from stageopt.sim.astrasim import estimate_from_times
 from stageopt.sim.base import Estimate, Simulator
-from stageopt.sim.network_model import collective_time, p2p_time
+from stageopt.sim.network_model import collective_time, flat_scaleout_time, p2p_time
 from stageopt.sim.stage_replay import replay_stages
 from stageopt.workload import Workload
 
@@ -63,6 +63,10 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
         idx = np.array([n.id for n in members])
         sizes = np.array([n.comm_size for n in members], dtype=float) * (size if collective == "all_gather" else 1)
         out[idx] = collective_time(hw, collective, sizes, size, group_stride(plan, group))
+    for n in nodes:
+        if n.type == COLL and n.phase == "zero3":
+            size = n.comm_size * n.group_size if n.collective == "all_gather" else n.comm_size
+            out[n.id] = flat_scaleout_time(hw, n.collective, size, n.group_size)
     sends = [n for n in nodes if n.type == SEND]
     if sends:
         idx = np.array([n.id for n in sends])
