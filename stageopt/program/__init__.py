@@ -1,9 +1,20 @@
 """Per-stage programs of one training iteration, and their Chakra traces.
 
-``build_programs(work)`` gives one :class:`StageProgram` per pipeline stage (a
-plain list of :class:`ProgramNode` records, rank-independent); ``generate``
-writes a trace set from them by serializing each stage once and patching
-ranks.
+``build_programs(work)`` gives one :class:`StageProgram` per pipeline stage: a
+plain, rank-independent list of :class:`ProgramNode` records (kernels,
+collectives on a group *kind*, messages to the *next*/*prev* stage) with the
+schedule encoded in the dependencies (see :mod:`stageopt.program.stage_program`).
+Simulators can replay one representative rank per stage from it;
+:func:`stageopt.program.generate.generate` writes a full ASTRA-sim input set
+by serializing each stage once and patching ranks.
+
+Settings that change a trace but not its totals:
+
+* ``ProgramOptions.bucket`` (CLI ``--dp-bucket``): gradient-sync granularity,
+  ``layer`` (default), ``chunk`` or ``stage``; the plan's ``dp_overlap=off``
+  forces ``stage`` (no overlap with backward).
+* The ASTRA-sim binary that ``run_astrasim.sh`` runs comes from the
+  ``STAGEOPT_ASTRA_SIM`` environment variable (a path or a command on PATH).
 """
 
 from stageopt.program.nodes import ProgramNode, StageProgram
