@@ -17,7 +17,7 @@ from stageopt.program import ProgramOptions, build_stage_program
 from stageopt.program import generate as gen_module
 from stageopt.program.chakra_emit import chakra_node, rank_patches
 from stageopt.program.groups import GroupTable
-from stageopt.program.nodes import COLL, COMP, RECV, SEND, StageProgram
+from stageopt.program.nodes import COMP, RECV, SEND, StageProgram
 
 from .conftest import workload_of
 from .matrix import GPT, LLAMA, LLAMA8, MIXTRAL
