@@ -91,93 +91,108 @@ def _measure(intervals: list[tuple[float, float]]) -> float:
     return sum(e - b for b, e in intervals)
 
 
-def replay_stages(programs: list[StageProgram], durations: list[np.ndarray]) -> list[StageTiming]:
-    """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds."""
-    p = len(programs)
-    nodes = [prog.nodes for prog in programs]
-    waiting = [np.array([len(n.data_deps) + len(n.ctrl_deps) for n in ns], dtype=np.int64) for ns in nodes]
-    children: list[list[list[int]]] = []
-    for ns in nodes:
-        kids: list[list[int]] = [[] for _ in ns]
-        for n in ns:
-            for d in (*n.data_deps, *n.ctrl_deps):
-                kids[d].append(n.id)
-        children.append(kids)
-    slot_of = [[0 if n.type == COMP else (2 if n.phase in BACKGROUND_PHASES else 1) for n in ns] for ns in nodes]
-    ready = [([], [], []) for _ in range(p)]  # heaps of node ids: compute, comm, background comm
-    busy = [[False, False, False] for _ in range(p)]
-    events: list[tuple[float, int, int, int]] = []  # (time, seq, stage, node)
-    seq = 0
-    arrived: dict[tuple[int, int, int], float] = {}
-    posted: dict[tuple[int, int, int], int] = {}
-    spans: list[dict[str, list[tuple[float, float]]]] = [{} for _ in range(p)]
-    done = [0] * p
-    finish = [0.0] * p
+class _Replay:
+    """Mutable state of one replay: ready queues, busy slots, pending messages, busy spans."""
 
-    def schedule(t: float, s: int, i: int) -> None:
-        nonlocal seq
-        heapq.heappush(events, (t, seq, s, i))
-        seq += 1
+    def __init__(self, programs: list[StageProgram], durations: list[np.ndarray]) -> None:
+        self.p = len(programs)
+        self.nodes = [prog.nodes for prog in programs]
+        self.durations = durations
+        self.waiting = [np.array([len(n.data_deps) + len(n.ctrl_deps) for n in ns], dtype=np.int64)
+                        for ns in self.nodes]
+        self.children: list[list[list[int]]] = []
+        for ns in self.nodes:
+            kids: list[list[int]] = [[] for _ in ns]
+            for n in ns:
+                for d in (*n.data_deps, *n.ctrl_deps):
+                    kids[d].append(n.id)
+            self.children.append(kids)
+        self.slot_of = [[0 if n.type == COMP else (2 if n.phase in BACKGROUND_PHASES else 1) for n in ns]
+                        for ns in self.nodes]
+        self.ready: list[tuple[list[int], ...]] = [([], [], []) for _ in range(self.p)]
+        self.busy = [[False, False, False] for _ in range(self.p)]
+        self.events: list[tuple[float, int, int, int]] = []  # (time, seq, stage, node)
+        self.seq = 0
+        self.arrived: dict[tuple[int, int, int], float] = {}
+        self.posted: dict[tuple[int, int, int], int] = {}
+        self.spans: list[dict[str, list[tuple[float, float]]]] = [{} for _ in range(self.p)]
+        self.done = [0] * self.p
+        self.finish = [0.0] * self.p
 
-    def make_ready(t: float, s: int, i: int) -> None:
-        node = nodes[s][i]
-        if node.type == RECV:
-            src = (s + 1) % p if node.peer == NEXT else (s - 1) % p
-            key = (src, s, node.tag)
-            if key in arrived:
-                schedule(max(t, arrived.pop(key)), s, i)
-            else:
-                posted[key] = i
-        else:
-            heapq.heappush(ready[s][slot_of[s][i]], i)
+    def peer(self, s: int, node) -> int:
+        return (s + 1) % self.p if node.peer == NEXT else (s - 1) % self.p
 
-    def issue(t: float, s: int) -> None:
-        for slot in (0, 1, 2):
-            if not busy[s][slot] and ready[s][slot]:
-                i = heapq.heappop(ready[s][slot])
-                busy[s][slot] = True
-                end = t + float(durations[s][i])
-                node = nodes[s][i]
-                spans[s].setdefault("compute" if slot == 0 else category(node), []).append((t, end))
-                schedule(end, s, i)
+    def schedule(self, t: float, s: int, i: int) -> None:
+        heapq.heappush(self.events, (t, self.seq, s, i))
+        self.seq += 1
 
-    for s in range(p):
-        for i in np.flatnonzero(waiting[s] == 0):
-            make_ready(0.0, s, int(i))
-        issue(0.0, s)
-    while events:
-        t, _, s, i = heapq.heappop(events)
-        node = nodes[s][i]
+    def make_ready(self, t: float, s: int, i: int) -> None:
+        node = self.nodes[s][i]
         if node.type != RECV:
-            busy[s][slot_of[s][i]] = False
+            heapq.heappush(self.ready[s][self.slot_of[s][i]], i)
+            return
+        key = (self.peer(s, node), s, node.tag)
+        if key in self.arrived:
+            self.schedule(max(t, self.arrived.pop(key)), s, i)
+        else:
+            self.posted[key] = i
+
+    def issue(self, t: float, s: int) -> None:
+        for slot in (0, 1, 2):
+            if not self.busy[s][slot] and self.ready[s][slot]:
+                i = heapq.heappop(self.ready[s][slot])
+                self.busy[s][slot] = True
+                end = t + float(self.durations[s][i])
+                kind = "compute" if slot == 0 else category(self.nodes[s][i])
+                self.spans[s].setdefault(kind, []).append((t, end))
+                self.schedule(end, s, i)
+
+    def complete(self, t: float, s: int, i: int) -> None:
+        node = self.nodes[s][i]
+        if node.type != RECV:
+            self.busy[s][self.slot_of[s][i]] = False
         if node.type == SEND:
-            dst = (s + 1) % p if node.peer == NEXT else (s - 1) % p
-            key = (s, dst, node.tag)
-            if key in posted:
-                schedule(t, dst, posted.pop(key))
+            key = (s, self.peer(s, node), node.tag)
+            if key in self.posted:
+                self.schedule(t, key[1], self.posted.pop(key))
             else:
-                arrived[key] = t
-        done[s] += 1
-        finish[s] = max(finish[s], t)
-        for c in children[s][i]:
-            waiting[s][c] -= 1
-            if waiting[s][c] == 0:
-                make_ready(t, s, c)
-        issue(t, s)
-    for s in range(p):
-        if done[s] != len(nodes[s]):
-            stuck = next(n for n in nodes[s] if waiting[s][n.id] > 0 or n.id in posted.values())
-            raise SimulatorError(f"replay: stage {s} deadlocked at node {stuck.id} ({stuck.name}); "
-                                 "the program's sends and receives do not match")
-    out = []
-    for s in range(p):
-        covered = _busy_union(spans[s].get("compute", []))
+                self.arrived[key] = t
+        self.done[s] += 1
+        self.finish[s] = max(self.finish[s], t)
+        for c in self.children[s][i]:
+            self.waiting[s][c] -= 1
+            if self.waiting[s][c] == 0:
+                self.make_ready(t, s, c)
+        self.issue(t, s)
+
+    def run(self) -> None:
+        for s in range(self.p):
+            for i in np.flatnonzero(self.waiting[s] == 0):
+                self.make_ready(0.0, s, int(i))
+            self.issue(0.0, s)
+        while self.events:
+            t, _, s, i = heapq.heappop(self.events)
+            self.complete(t, s, i)
+        for s in range(self.p):
+            if self.done[s] != len(self.nodes[s]):
+                stuck = next(n for n in self.nodes[s] if self.waiting[s][n.id] > 0 or n.id in self.posted.values())
+                raise SimulatorError(f"replay: stage {s} deadlocked at node {stuck.id} ({stuck.name}); "
+                                     "the program's sends and receives do not match")
+
+    def timing(self, s: int) -> StageTiming:
+        covered = _busy_union(self.spans[s].get("compute", []))
         compute = _measure(covered)
         exposed = {}
         for cat in CATEGORIES:
-            alone = _subtract(_busy_union(spans[s].get(cat, [])), covered)
+            alone = _subtract(_busy_union(self.spans[s].get(cat, [])), covered)
             exposed[cat] = _measure(alone)
             covered = _busy_union(covered + alone)
-        out.append(StageTiming(finish_s=finish[s], compute_s=compute, exposed_s=exposed,
-                               idle_s=max(finish[s] - _measure(covered), 0.0)))
-    return out
+        return StageTiming(finish_s=self.finish[s], compute_s=compute, exposed_s=exposed,
+                           idle_s=max(self.finish[s] - _measure(covered), 0.0))
+
+
+def replay_stages(programs: list[StageProgram], durations: list[np.ndarray]) -> list[StageTiming]:
+    """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds."""
+    replay = _Replay(programs, durations)
+    replay.run()
+    return [replay.timing(s) for s in range(replay.p)]
