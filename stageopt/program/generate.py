@@ -23,7 +23,7 @@ from pathlib import Path
 from stageopt.chakra import TraceTemplate, write_comm_groups
 from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
-from stageopt.hardware_astrasim import write_astra_sim_configs
+from stageopt.hardware_astrasim import astra_sim_configs, write_astra_sim_configs
 from stageopt.program.chakra_emit import rank_patches, stage_template
 from stageopt.program.groups import GroupTable
 from stageopt.program.stage_program import ProgramOptions, build_programs
@@ -127,12 +127,13 @@ def generate(work: Workload, hw: Hardware, out: Path | str, *, ranks: Sequence[i
              progress: bool = False) -> GenerateResult:
     """Write the trace set for ``ranks`` (default: all) and the files ASTRA-sim needs beside it."""
     plan = work.plan
-    out = prepare_out_dir(Path(out))
     world = plan.gpus
+    astra_sim_configs(hw, world, dtype=plan.dtype)  # a machine that cannot hold the ranks fails before any write
+    out = prepare_out_dir(Path(out))
     todo = list(range(world)) if ranks is None else list(ranks)
     programs = build_programs(work, options)
     groups = GroupTable(plan, set().union(*(p.groups_used() for p in programs)))
-    configs = write_astra_sim_configs(hw, world, out, dtype=plan.dtype)  # fails early on a machine mismatch
+    configs = write_astra_sim_configs(hw, world, out, dtype=plan.dtype)
     write_comm_groups(out / GROUPS_NAME, groups.comm_groups())
     per_stage = world // plan.pp
     templates: dict[int, TraceTemplate] = {}

@@ -81,6 +81,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path
     err = capsys.readouterr().err
     assert rc == 2
     assert len(err.strip().splitlines()) == 1 and needle in err, err
+    assert not (tmp_path / "o").exists()  # nothing is written for a bad request
 
 
 def test_unwritable_output_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
