@@ -48,6 +48,7 @@ class OpShape:
     weight_groups: tuple[str, ...]  # param groups of the weights read ("dense", "expert")
     outputs: tuple[int, ...]
     values: int
+    kernel: str = ""  # comp: matmul | attention | attention_causal | vector
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ def _shape(op: Op, phase: str, index: int) -> OpShape:
     groups = tuple(sorted({t.param_group for t in op.inputs if t.role == "weight"}))
     outputs = tuple(t.uid for t in op.outputs)
     if op.kind in COMPUTE_KINDS:
-        return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index)
+        kernel = "attention_causal" if op.kind == "attention" and op.attrs.get("causal") else op.kind
+        return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel)
     if op.kind == "comm" and op.collective is not None:
         c = op.collective
         return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index)

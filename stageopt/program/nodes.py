@@ -48,6 +48,7 @@ class ProgramNode:
     group_size: int = 0
     peer: str = ""  # next | prev (send / recv)
     tag: int = 0
+    kernel: str = ""  # comp: matmul | attention | attention_causal | vector (for kernel time models)
 
 
 @dataclass(frozen=True)

@@ -104,9 +104,9 @@ class _Builder:
         self.nodes.append(ProgramNode(nid, name, type_, phase, data_deps, ctrl_deps, **fields))  # type: ignore[arg-type]
         return nid
 
-    def comp(self, name: str, phase: str, data: list[int], num_ops: int, tensor_size: int) -> int:
+    def comp(self, name: str, phase: str, data: list[int], num_ops: int, tensor_size: int, kernel: str = "") -> int:
         ctrl = () if self.last_comp is None else (self.last_comp,)
-        nid = self.add(name, COMP, phase, data, ctrl, num_ops=num_ops, tensor_size=tensor_size)
+        nid = self.add(name, COMP, phase, data, ctrl, num_ops=num_ops, tensor_size=tensor_size, kernel=kernel)
         self.last_comp = nid
         return nid
 
@@ -160,7 +160,7 @@ class _StageBuilder:
             waited.update(deps)
             name = f"{label}:{op.name}"
             if op.kind == COMP:
-                nid = b.comp(name, op.phase, deps, int(vals[op.values]), int(vals[op.values + 1]))
+                nid = b.comp(name, op.phase, deps, int(vals[op.values]), int(vals[op.values + 1]), op.kernel)
             else:
                 nid = b.add(name, COLL, op.phase, deps, collective=op.collective, comm_size=int(vals[op.values]),
                             group=op.axis, group_size=sizes[op.axis])

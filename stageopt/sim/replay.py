@@ -52,7 +52,7 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
     if comp:
         idx = np.array([n.id for n in comp])
         out[idx] = kernel_seconds(
-            hw, plan.dtype, np.array([KERNEL_CODES[getattr(n, "kernel", "")] for n in comp]),
+            hw, plan.dtype, np.array([KERNEL_CODES[n.kernel] for n in comp]),
             np.array([n.num_ops for n in comp], dtype=float), np.array([n.tensor_size for n in comp], dtype=float),
             np.array([n.phase == "bwd" for n in comp]))
     by_kind: dict[tuple[str, str, int], list] = {}
