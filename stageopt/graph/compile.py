@@ -97,7 +97,7 @@ def compile_block(kind: str, arch: Arch, recompute: str) -> CompiledBlock:
     graph = build_block(kind, arch, recompute)
     exprs, colls = block_expressions(graph)
     names = tuple(exprs)
-    fn = sp.lambdify(ALL_SYMBOLS, [exprs[n] for n in names], modules="numpy", cse=True)
+    fn = sp.lambdify(ALL_SYMBOLS, [exprs[n] for n in names], modules="numpy", cse=False)
     counts = {phase: sum(op.kind in COMPUTE_KINDS for op in _phase_ops(graph, phase)) for phase in PHASES}
     return CompiledBlock(kind=kind, names=names, collectives=tuple(colls), op_counts=counts, fn=fn)
 
@@ -137,7 +137,7 @@ def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
     ops = [op for phase in PHASES for op in _phase_ops(graph, phase) if op.kind in COMPUTE_KINDS]
     flops = [op.flops if op.kind != "vector" else op.vector_flops for op in ops]
     nbytes = [op.bytes_read + op.bytes_written for op in ops]
-    fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes, modules="numpy", cse=True)
+    fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes, modules="numpy", cse=False)
     return OpTable(kinds=np.array([KIND_CODE[op.kind] for op in ops], dtype=int),
                    phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int),
                    causal=np.array([bool(op.attrs.get("causal")) for op in ops]), fn=fn)
