@@ -7,7 +7,7 @@ size's own) and prints: wall time from the start of the process's work
 without the imports, peak RSS, bytes written and file count. Trace sets go to a temporary folder that is
 removed afterwards unless ``--keep DIR`` is given.
 
-    python experiments/bench_generate.py [--sizes 8,1024,32768] [--keep DIR]
+    python experiments/benchmarks/bench_generate.py [--sizes 8,1024,32768] [--keep DIR]
 
 Targets (2 cores): 8 GPUs <= 1 s, 1,024 GPUs <= 3 s, 32,768 GPUs <= 60 s with
 peak RSS <= 2 GB.
