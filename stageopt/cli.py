@@ -20,6 +20,8 @@ COMMANDS = [
     "validate_trace",
     "replay",
     "generate",
+    "search",
+    "report",
 ]
 
 

@@ -1,0 +1,248 @@
+"""The search loop: ask Optuna for candidates, settle the cheap ones at once, simulate the rest, tell.
+
+Per asked trial, in order of cost:
+
+1. choices that cannot form a plan (divisibility) are told with a penalty and
+   the ``valid`` constraint violated (no estimate exists);
+2. a candidate already in the cache is told the cached result (free);
+3. the analytical screen (vectorized over the batch) gives memory; a plan that
+   does not fit is told with its analytical estimate and ``memory_gib`` > 0;
+4. a feasible plan is the analytical result itself (analytical backend) or is
+   sent to the executor (replay, ASTRA-sim), and told when it comes back.
+
+Only simulations count against the budget: every new valid candidate with the
+analytical backend (its evaluation is the simulation, memory overflow included),
+and the feasible ones sent to an expensive backend otherwise. Every trial is told
+as soon as its result exists, so a killed search loses only what was in flight.
+With a seed, work proceeds in synchronous batches (reproducible); without one,
+Ray workers are refilled as soon as one frees.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from stageopt.errors import StageoptError
+from stageopt.search.cache import RESULT_ATTR, ResultCache, stored_result
+from stageopt.search.candidate import Candidate, HardwareCatalog, make_candidate
+from stageopt.search.census import Census, pareto_ranks
+from stageopt.search.executors import RayExecutor, analytical_estimates
+from stageopt.search.objective import (FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome,
+                                       invalid_outcome)
+from stageopt.search.space import SearchSpace
+from stageopt.search.storage import CrashSafeJournal
+from stageopt.sim.base import Estimate
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    budget: int
+    max_asks: int
+    batch: int
+    backend: str
+
+
+@dataclass
+class LoopStats:
+    asks: int = 0
+    told: int = 0
+    cached: int = 0
+    invalid: int = 0
+    oom: int = 0
+    failed: int = 0
+    stop_reason: str = ""
+    elapsed_s: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+
+ProgressFn = Callable[["SearchLoop"], None]
+
+
+class SearchLoop:
+    """Runs one search session against an open study; the study's storage keeps everything told."""
+
+    def __init__(self, *, study: optuna.Study, space: SearchSpace, objectives: tuple[Objective, ...],
+                 catalog: HardwareCatalog, cache: ResultCache, census: Census | None, config: LoopConfig,
+                 executor: RayExecutor | None = None, journal: CrashSafeJournal | None = None,
+                 synchronous: bool = True, progress: ProgressFn | None = None) -> None:
+        self.study, self.space, self.objectives = study, space, objectives
+        self.catalog, self.cache, self.census, self.config = catalog, cache, census, config
+        self.executor, self.journal, self.synchronous = executor, journal, synchronous
+        self.progress = progress
+        self.stats = LoopStats()
+        self._waiting: dict[str, list[optuna.trial.Trial]] = {}  # key in flight -> trials told with its result
+        self._in_flight: dict[str, Candidate] = {}
+        self._exhausted = False
+        self.target = config.budget
+        if census is not None and census.exhaustive:  # stop when the space has nothing new to simulate
+            self.target = min(config.budget, len(census.outcomes) if executor is None else len(census.feasible))
+
+    # ------------------------------------------------------------------ the loop
+
+    @property
+    def simulations(self) -> int:
+        return len(self.cache.simulated)
+
+    def run(self) -> LoopStats:
+        try:
+            while True:
+                reason = self._stop_reason()
+                if reason:
+                    self.stats.stop_reason = reason
+                    break
+                room = self._room()
+                if room > 0:
+                    self._step([self._ask() for _ in range(room)])
+                if self.executor is not None and self.executor.in_flight:
+                    self._collect(wait_all=self.synchronous)
+                self._sync()
+                if self.progress:
+                    self.progress(self)
+            while self.executor is not None and self.executor.in_flight:
+                self._collect(wait_all=True)
+        finally:
+            self._sync()
+            if self.executor is not None:
+                self.executor.close()
+            self.stats.elapsed_s = time.perf_counter() - self.stats.started
+        return self.stats
+
+    def _stop_reason(self) -> str:
+        if self.simulations >= self.target:
+            return "budget" if self.target == self.config.budget else "every candidate simulated"
+        if self._exhausted:
+            return "sampler exhausted the space"
+        if self.stats.asks >= self.config.max_asks and not self._in_flight:
+            return f"ask cap ({self.config.max_asks}) reached"
+        return ""
+
+    def _room(self) -> int:
+        """How many trials to ask now: a batch in-process; free workers' worth with Ray."""
+        left_budget = self.target - self.simulations - len(self._in_flight)
+        left_asks = self.config.max_asks - self.stats.asks
+        if left_budget <= 0 or left_asks <= 0:
+            return 0
+        if self.executor is None:
+            return min(self.config.batch, left_asks, left_budget)
+        if self.synchronous and self.executor.in_flight:
+            return 0
+        free = self.executor.workers - self.executor.in_flight
+        return max(0, min(free, left_budget, left_asks))
+
+    def _ask(self) -> optuna.trial.Trial:
+        self.stats.asks += 1
+        return self.study.ask()
+
+    def _step(self, trials: list[optuna.trial.Trial]) -> None:
+        """Settle what is cheap now; screen the new candidates in one vectorized call; dispatch the rest."""
+        fresh: list[tuple[optuna.trial.Trial, Candidate]] = []
+        seen_now: set[str] = set()
+        for trial in trials:
+            try:
+                values = self.space.suggest(trial)
+                cand = make_candidate(self.space, self.catalog, values)
+            except StageoptError as err:
+                key = "invalid: " + " ".join(f"{k}={v}" for k, v in sorted(trial.params.items()))
+                self._tell(trial, invalid_outcome(key, str(err).removeprefix("plan: ")), simulated=False, cached=False)
+                continue
+            if cand.key in self.cache:
+                self._tell(trial, self.cache.get(cand.key), simulated=False, cached=True)
+            elif cand.key in self._in_flight or cand.key in seen_now:
+                self._waiting.setdefault(cand.key, []).append(trial)
+            else:
+                seen_now.add(cand.key)
+                fresh.append((trial, cand))
+        if not fresh:
+            return
+        for (trial, cand), outcome in zip(fresh, self._screen([c for _, c in fresh])):
+            if outcome.status != OK or self.executor is None:
+                simulated = self.executor is None  # the analytical evaluation is the simulation
+                self.cache.put(outcome, simulated=simulated)
+                self._tell(trial, outcome, simulated=simulated, cached=False)
+                self._release(cand.key, outcome)
+            else:
+                self._in_flight[cand.key] = cand
+                self.executor.submit((trial, cand), cand, self.catalog.get(cand.hw_key))
+
+    def _screen(self, cands: list[Candidate]) -> list[Outcome]:
+        """Analytical outcomes: from the census when it has them (already computed in one vectorized
+        pass), otherwise one vectorized call for the batch."""
+        known = self.census.outcomes if self.census is not None else {}
+        todo = [c for c in cands if c.key not in known]
+        fresh = {c.key: self._outcome(c, est, "analytical")
+                 for c, est in zip(todo, analytical_estimates(self.space.model, self.catalog, todo))} if todo else {}
+        return [known[c.key] if c.key in known else fresh[c.key] for c in cands]
+
+    def _collect(self, wait_all: bool) -> None:
+        assert self.executor is not None
+        results = self.executor.poll(wait_all=wait_all)
+        if self.synchronous:
+            results.sort(key=lambda r: r[0][0].number)
+        for (trial, cand), result in results:
+            self._in_flight.pop(cand.key, None)
+            if isinstance(result, Estimate):
+                outcome = self._outcome(cand, result, self.config.backend)
+            else:
+                outcome = failed_outcome(cand, result, self.config.backend)
+            self.cache.put(outcome, simulated=True)
+            self._tell(trial, outcome, simulated=True, cached=False)
+            self._release(cand.key, outcome)
+
+    def _release(self, key: str, outcome: Outcome) -> None:
+        for trial in self._waiting.pop(key, []):
+            self._tell(trial, outcome, simulated=False, cached=True)
+
+    def _outcome(self, cand: Candidate, est: Estimate, backend: str) -> Outcome:
+        hw = self.catalog.get(cand.hw_key)
+        return estimate_outcome(cand, est, hw.gpu.hbm_gib, self.catalog.price(cand.hw_key), backend)
+
+    # ------------------------------------------------------------------ telling
+
+    def _tell(self, trial: optuna.trial.Trial, outcome: Outcome, *, simulated: bool, cached: bool) -> None:
+        trial.set_user_attr(RESULT_ATTR, stored_result(outcome, simulated=simulated, cached=cached))
+        stats = self.stats
+        stats.told += 1
+        stats.cached += cached
+        stats.invalid += outcome.status == "invalid"
+        stats.oom += outcome.status == "oom"
+        try:
+            if outcome.status == FAILED:
+                stats.failed += 1
+                self.study.tell(trial, state=TrialState.FAIL)
+                return
+            for name, value in outcome.constraints().items():
+                trial.set_constraint(name, value)
+            self.study.tell(trial, outcome.values(self.objectives))
+        except RuntimeError as err:
+            if "Study.stop" not in str(err):
+                raise
+            self._exhausted = True  # grid / brute-force samplers signal a finished space this way
+
+    def _sync(self) -> None:
+        if self.journal is not None:
+            self.journal.sync()
+
+    # ------------------------------------------------------------------ views
+
+    def best(self) -> list[Outcome]:
+        """Best feasible result(s) of the backend: one for a single objective, the Pareto front otherwise."""
+        return best_outcomes(self.cache.outcomes(), self.objectives, self.config.backend)
+
+
+def best_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str) -> list[Outcome]:
+    feas = [o for o in outcomes if o.status == OK and o.record.get("backend") == backend]
+    if not feas:
+        return []
+    signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in objectives])
+    values = np.array([o.values(objectives) for o in feas]) * signs
+    if len(objectives) == 1:
+        return [feas[int(np.argmin(values[:, 0]))]]
+    ranks = pareto_ranks(values)
+    front = [i for i in np.argsort(values[:, 0], kind="stable") if ranks[i] == 0]
+    return [feas[i] for i in front]

@@ -1,0 +1,182 @@
+"""Where candidates are evaluated: in-process and vectorized (analytical), or as Ray tasks (replay, ASTRA-sim).
+
+Why two: the analytical model evaluates thousands of plans per second when given
+a batch at once, so it runs in the search process; the event replay and ASTRA-sim
+take 0.1 s to minutes per plan, so they run one task per CPU on a local Ray
+started quietly or on a cluster. A task that raises, times out or whose worker
+dies comes back as a reason string, and the search tells a FAIL trial and goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from stageopt.errors import ConfigError
+from stageopt.hardware import Hardware
+from stageopt.model.spec import ModelSpec
+from stageopt.parallel.plan import Plan
+from stageopt.search.candidate import Candidate, HardwareCatalog
+from stageopt.sim.analytical import estimate_from_row
+from stageopt.sim.analytical_batch import evaluate_plans
+from stageopt.sim.base import Estimate, Simulator
+
+
+def analytical_estimates(model: ModelSpec, catalog: HardwareCatalog, cands: Sequence[Candidate]) -> list[Estimate]:
+    """One vectorized analytical call per hardware choice; estimates in input order."""
+    out: list[Estimate | None] = [None] * len(cands)
+    by_hw: dict[str, list[int]] = {}
+    for i, c in enumerate(cands):
+        by_hw.setdefault(c.hw_key, []).append(i)
+    for hw_key, index in by_hw.items():
+        hw = catalog.get(hw_key)
+        result = evaluate_plans(model, hw, [cands[i].plan for i in index])
+        for row, i in enumerate(index):
+            out[i] = estimate_from_row(result, row, hw)
+    return out  # type: ignore[return-value]
+
+
+def run_in_temp_dir(simulator: Simulator, model: ModelSpec, plan: Plan, gpus: int, hw: Hardware) -> Estimate:
+    """Evaluate one plan with its own temporary directory as cwd and TMPDIR (removed afterwards)."""
+    from stageopt.workload import build_workload
+
+    old_cwd, old_tmp = os.getcwd(), os.environ.get("TMPDIR")
+    with tempfile.TemporaryDirectory(prefix="stageopt-task-") as tmp:
+        os.chdir(tmp)
+        os.environ["TMPDIR"] = tmp
+        tempfile.tempdir = tmp
+        try:
+            return simulator.evaluate(build_workload(model, plan, gpus), hw)
+        finally:
+            os.chdir(old_cwd)
+            tempfile.tempdir = None
+            if old_tmp is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = old_tmp
+
+
+@dataclass
+class _Task:
+    tag: Any
+    started: float
+
+
+class RayExecutor:
+    """Runs ``simulator.evaluate`` for candidates as Ray tasks of one CPU each.
+
+    ``poll`` returns ``(tag, Estimate | reason)`` pairs as tasks finish. A task
+    running longer than ``timeout_s`` is cancelled with force (its worker process
+    is killed; ASTRA-sim's runner also kills its own process group on the same limit).
+    """
+
+    def __init__(self, simulator: Simulator, model: ModelSpec, *, workers: int, address: str | None = None,
+                 timeout_s: float = 600.0) -> None:
+        self.workers = workers
+        self.timeout_s = timeout_s
+        ray = _start_ray(workers, address)
+        self._ray = ray
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(run_in_temp_dir)
+        self._simulator = ray.put(simulator)
+        self._model = ray.put(model)
+        self._pending: dict[Any, _Task] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def submit(self, tag: Any, cand: Candidate, hw: Hardware) -> None:
+        ref = self._remote.remote(self._simulator, self._model, cand.plan, cand.gpus, hw)
+        self._pending[ref] = _Task(tag=tag, started=time.monotonic())
+
+    def poll(self, wait_all: bool = False) -> list[tuple[Any, Estimate | str]]:
+        """Block until at least one task (or, with ``wait_all``, every task) finished or timed out."""
+        ray = self._ray
+        done_out: list[tuple[Any, Estimate | str]] = []
+        while self._pending:
+            refs = list(self._pending)
+            oldest = min(t.started for t in self._pending.values())
+            wait_s = max(0.01, oldest + self.timeout_s - time.monotonic())
+            ready, _ = ray.wait(refs, num_returns=len(refs) if wait_all else 1, timeout=min(wait_s, 1.0))
+            for ref in ready:
+                task = self._pending.pop(ref)
+                done_out.append((task.tag, self._result(ref)))
+            now = time.monotonic()
+            for ref, task in list(self._pending.items()):
+                if now - task.started > self.timeout_s:
+                    ray.cancel(ref, force=True)
+                    self._pending.pop(ref)
+                    done_out.append((task.tag, f"timeout: no result after {self.timeout_s:g} s (worker killed)"))
+            if done_out and not (wait_all and self._pending):
+                break
+        return done_out
+
+    def _result(self, ref: Any) -> Estimate | str:
+        try:
+            return self._ray.get(ref)
+        except Exception as err:  # noqa: BLE001 - any task error becomes a FAIL trial with its reason
+            return _reason(err)
+
+    def close(self) -> None:
+        for ref in list(self._pending):
+            self._ray.cancel(ref, force=True)
+        self._pending.clear()
+
+
+def _reason(err: BaseException) -> str:
+    """One line saying why a task failed (the simulator's own message when it raised one)."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException):
+        err = cause
+    text = str(err).strip().splitlines()
+    name = type(err).__name__
+    if "WorkerCrashed" in name or "ActorDied" in name or "died" in (text[0] if text else ""):
+        return f"worker crashed ({name})"
+    return f"{name}: {text[-1] if text else ''}"[:300]
+
+
+def _start_ray(workers: int, address: str | None) -> Any:
+    """Connect to ``address`` (checked reachable first, so a typo fails fast) or start a quiet local Ray."""
+    import logging
+
+    try:
+        import ray
+    except ImportError as err:
+        raise ConfigError(f"Ray is not importable ({err}); pip install 'ray>=2.9'") from None
+    if ray.is_initialized():
+        return ray
+    if address not in (None, "auto", "local"):
+        host, port = _host_port(address)
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+        except OSError as err:
+            raise ConfigError(f"--ray-address {address}: cannot reach {host}:{port} ({err.strerror or err}); "
+                              "start one with 'ray start --head' or drop --ray-address for a local Ray") from None
+    try:
+        if address is None or address == "local":
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+                     configure_logging=True)
+        else:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    except Exception as err:  # noqa: BLE001 - Ray raises many types; the user needs one line
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"Ray failed to start{' at ' + address if address else ''}: {first[:200]}; "
+                          "check --ray-address, or run with --workers 1") from None
+    return ray
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    parsed = urlparse(address if "://" in address else f"ray://{address}")
+    default = 10001 if address.startswith("ray://") else 6379
+    if not parsed.hostname:
+        raise ConfigError(f"--ray-address {address!r}: expected host:port or ray://host:port")
+    try:
+        return parsed.hostname, parsed.port or default
+    except ValueError:
+        raise ConfigError(f"--ray-address {address!r}: port is not a number") from None

@@ -1,0 +1,99 @@
+"""What a trial reports to Optuna: objective values, constraint values and a stored record.
+
+Why one place: the same candidate is told from a fresh simulation, from the
+cache and from storage on ``--resume``; building the values from one record
+keeps the three identical. Constraints follow Optuna's convention (<= 0 is
+feasible): ``valid`` is 0 for a plan that can run and ``INVALID_VIOLATION`` for
+one that breaks a divisibility rule; ``memory_gib`` is peak memory minus HBM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stageopt.search.candidate import Candidate
+from stageopt.sim.base import Estimate
+
+INVALID_VIOLATION = 1000.0
+
+# status of a told trial
+OK, OOM, INVALID, FAILED = "ok", "oom", "invalid", "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """One quantity to optimize, read from a trial record."""
+
+    name: str
+    direction: str  # "minimize" | "maximize"
+    field: str  # key in the record
+    label: str
+    penalty: float  # told for plans that cannot run (no estimate exists)
+
+    def value(self, record: Mapping[str, Any]) -> float:
+        return float(record[self.field]) if self.field in record else self.penalty
+
+
+OBJECTIVE_DEFS: dict[str, Objective] = {
+    "time": Objective("time", "minimize", "iteration_time_s", "iteration time (s)", 1e4),
+    "throughput": Objective("throughput", "maximize", "tokens_per_s", "tokens/s", 0.0),
+    "cost": Objective("cost", "minimize", "usd_per_mtok", "USD per 1M tokens", 1e4),
+    "mfu": Objective("mfu", "maximize", "mfu", "MFU", 0.0),
+}
+
+
+def objectives_for(names: tuple[str, ...]) -> tuple[Objective, ...]:
+    return tuple(OBJECTIVE_DEFS[n] for n in names)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A finished evaluation: its status and record (JSON-ready, stored as the trial's ``result``)."""
+
+    status: str
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return str(self.record["key"])
+
+    def values(self, objectives: tuple[Objective, ...]) -> list[float]:
+        return [o.value(self.record) for o in objectives]
+
+    def constraints(self) -> dict[str, float]:
+        if self.status == INVALID:
+            return {"valid": INVALID_VIOLATION, "memory_gib": 0.0}
+        return {"valid": 0.0, "memory_gib": float(self.record["peak_memory_gib"]) - float(self.record["hbm_gib"])}
+
+
+def base_record(cand: Candidate | None, key: str) -> dict[str, Any]:
+    rec: dict[str, Any] = {"key": key}
+    if cand is not None:
+        rec.update(plan=str(cand.plan), gpus=cand.gpus, hardware=cand.hw_key)
+    return rec
+
+
+def estimate_outcome(cand: Candidate, est: Estimate, hbm_gib: float, usd_per_gpu_hour: float,
+                     backend: str) -> Outcome:
+    """Outcome of a candidate that was estimated (by the cheap screen or by the backend)."""
+    tokens_per_s = est.tokens_per_s
+    record = base_record(cand, cand.key)
+    record.update(
+        backend=backend, iteration_time_s=est.iteration_time_s, tokens_per_s=tokens_per_s,
+        model_tflops_per_gpu=est.model_tflops_per_gpu, mfu=est.mfu, peak_memory_gib=est.peak_memory_gib,
+        hbm_gib=hbm_gib, usd_per_gpu_hour=usd_per_gpu_hour,
+        usd_per_mtok=cand.gpus * usd_per_gpu_hour / 3600.0 / tokens_per_s * 1e6,
+        memory_breakdown_gib=dict(est.memory_breakdown_gib), time_breakdown_s=dict(est.time_breakdown_s))
+    return Outcome(OK if est.peak_memory_gib <= hbm_gib else OOM, record)
+
+
+def invalid_outcome(key: str, reason: str) -> Outcome:
+    return Outcome(INVALID, {"key": key, "reason": reason})
+
+
+def failed_outcome(cand: Candidate, reason: str, backend: str) -> Outcome:
+    record = base_record(cand, cand.key)
+    record.update(backend=backend, reason=reason)
+    return Outcome(FAILED, record)

@@ -1,0 +1,187 @@
+"""Open (or resume) a study and wire the search: space, storage, sampler, cache, seeds, executor.
+
+Why apart from the CLI: scripts and experiments run searches too; they build a
+:class:`SearchOptions` and call :func:`run_search`, and get the same storage,
+resume and caching rules as ``stageopt search``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from stageopt.errors import ConfigError
+from stageopt.parallel.plan import Plan
+from stageopt.search.backends import make_simulator
+from stageopt.search.cache import ResultCache
+from stageopt.search.candidate import HardwareCatalog, make_candidate
+from stageopt.search.census import Census, require_feasible, take_census
+from stageopt.search.driver import LoopConfig, LoopStats, SearchLoop
+from stageopt.search.executors import RayExecutor
+from stageopt.search.objective import Objective, objectives_for
+from stageopt.search.samplers import make_sampler
+from stageopt.search.space import SearchSpace, check_objectives, resolve_space_path, space_from_dict
+from stageopt.search.storage import check_study_name, fail_running, make_storage, study_exists
+from stageopt.hardware_schema import load_yaml_mapping
+
+META_ATTR = "stageopt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    space: str | None = None
+    budget: int = 500
+    sampler: str = "tpe"
+    objectives: tuple[str, ...] | None = None
+    backend: str | None = None
+    screen: str | None = None
+    screen_top: int | None = None
+    workers: int | None = None
+    ray_address: str | None = None
+    timeout_s: float = 600.0
+    astra_sim: str | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    runs_dir: str = "runs"
+    resume: bool = False
+    seed_plans: tuple[str, ...] = ()
+    seed: int | None = None
+    max_asks: int | None = None
+    batch: int = 8
+
+
+@dataclass
+class SearchResult:
+    study: optuna.Study
+    space: SearchSpace
+    objectives: tuple[Objective, ...]
+    backend: str
+    run_dir: Path
+    stats: LoopStats
+    loop: SearchLoop
+    census: Census | None
+    meta: dict[str, Any] = field(default_factory=dict)
+    failed_on_resume: int = 0
+
+
+def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | None = None) -> SearchResult:
+    """Open or resume the study, then search until the budget, the ask cap or the space is used up."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if opts.budget < 1:
+        raise ConfigError(f"--budget {opts.budget}: must be at least 1 (unique simulations)")
+    if opts.workers is not None and opts.workers < 1:
+        raise ConfigError(f"--workers {opts.workers}: must be at least 1")
+    runs_dir = Path(opts.runs_dir)
+    data, source = _space_data(opts)
+    space = space_from_dict(data, where=source)
+    name = check_study_name(opts.study_name) if opts.study_name else _fresh_name(space.name, runs_dir)
+    run_dir = runs_dir / name
+    storage, journal = make_storage(opts.storage, run_dir)
+    exists = study_exists(storage, name)
+    if opts.resume and not exists:
+        raise ConfigError(f"--resume: no study {name!r} in {opts.storage or run_dir}; check --study-name/--storage")
+    if exists and not opts.resume:
+        raise ConfigError(f"study {name!r} already exists in {opts.storage or run_dir}; add --resume to continue "
+                          "it or choose another --study-name")
+    meta = _meta(storage, name) if exists else {}
+    if meta:
+        space = space_from_dict(meta["space"], where=meta["space_source"])
+        if opts.space and _space_data(opts)[0] != meta["space"]:
+            raise ConfigError(f"--resume: --space {opts.space} differs from the space study {name!r} was started "
+                              "with; drop --space to continue with the stored one")
+    names = tuple(meta.get("objectives") or opts.objectives or space.objectives)
+    check_objectives(names, "--objectives")
+    if meta and opts.objectives and tuple(opts.objectives) != names:
+        raise ConfigError(f"--resume: study {name!r} optimizes {','.join(names)}; drop --objectives")
+    objectives = objectives_for(names)
+    backend = meta.get("backend") or opts.backend or space.backend
+    simulator = make_simulator(backend, astra_sim=opts.astra_sim, timeout_s=opts.timeout_s)
+    screen = opts.screen or (space.screen if simulator is not None else None)
+    if screen and simulator is None:
+        raise ConfigError("--screen analytical needs an expensive backend (--backend replay or astra-sim)")
+    catalog = HardwareCatalog(space)
+    census = take_census(space, catalog, seed=opts.seed or 0)
+    require_feasible(census, space)
+    sampler = make_sampler(opts.sampler, space, opts.seed, len(objectives))
+    study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, load_if_exists=exists,
+                                directions=[o.direction for o in objectives])
+    if not exists:
+        meta = {"space": data, "space_source": source, "objectives": list(names), "backend": backend,
+                "sampler": opts.sampler, "seed": opts.seed, "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+        study.set_user_attr(META_ATTR, meta)
+    failed = fail_running(study, storage) if exists else 0
+    cache = ResultCache.from_trials(study.get_trials(deepcopy=False))
+    for text in opts.seed_plans:
+        study.enqueue_trial(seed_params(space, catalog, text), skip_if_exists=True)
+    if screen and not exists:
+        top = opts.screen_top if opts.screen_top is not None else max(1, opts.budget // 2)
+        for outcome in census.ranked(objectives)[:top]:
+            study.enqueue_trial(encode_choices(space, census.choices[outcome.key]), skip_if_exists=True)
+    workers = opts.workers or (os.cpu_count() or 1)
+    executor = (RayExecutor(simulator, space.model, workers=workers, address=opts.ray_address,
+                            timeout_s=opts.timeout_s) if simulator is not None else None)
+    config = LoopConfig(budget=opts.budget, max_asks=opts.max_asks or 20 * opts.budget + len(study.trials),
+                        batch=opts.batch, backend=backend)
+    loop = SearchLoop(study=study, space=space, objectives=objectives, catalog=catalog, cache=cache, census=census,
+                      config=config, executor=executor, journal=journal,
+                      synchronous=opts.seed is not None or executor is None, progress=progress)
+    stats = loop.run()
+    return SearchResult(study=study, space=space, objectives=objectives, backend=backend, run_dir=run_dir,
+                        stats=stats, loop=loop, census=census, meta=meta, failed_on_resume=failed)
+
+
+def _space_data(opts: SearchOptions) -> tuple[dict[str, Any], str]:
+    path = resolve_space_path(opts.space)
+    return dict(load_yaml_mapping(path)), str(path)
+
+
+def _meta(storage: optuna.storages.BaseStorage, name: str) -> dict[str, Any]:
+    study_id = storage.get_study_id_from_name(name)
+    meta = storage.get_study_user_attrs(study_id).get(META_ATTR)
+    if not isinstance(meta, dict) or "space" not in meta:
+        raise ConfigError(f"study {name!r} was not created by 'stageopt search' (no stored space); "
+                          "use another --study-name")
+    return meta
+
+
+def _fresh_name(space_name: str, runs_dir: Path) -> str:
+    base = f"{space_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name, n = base, 1
+    while (runs_dir / name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def encode_choices(space: SearchSpace, choices: dict[str, Any]) -> dict[str, Any]:
+    """Optuna parameters (as the space suggests them) for a dict of dimension values."""
+    return {d.param: d.encode(choices[d.name]) for d in space.dims}
+
+
+def seed_params(space: SearchSpace, catalog: HardwareCatalog, text: str) -> dict[str, Any]:
+    """Parameters of a known-good plan given as text (``--seed-plan``); hardware dims take their first value."""
+    plan = Plan.parse(text, gpus=space.gpus[0] if "dp=" not in text else None)
+    choices: dict[str, Any] = {"gpus": plan.gpus}
+    for d in space.hw_dims:
+        choices[d.name] = d.values[0]
+    for d in space.plan_dims:
+        choices[d.name] = getattr(plan, d.name)
+    for name, value in space.fixed_plan.items():
+        if getattr(plan, name) != value and not (name == "sp" and plan.tp == 1):
+            raise ConfigError(f"--seed-plan {text!r}: {name}={getattr(plan, name)} but the space fixes {name}={value}")
+    if plan.gbs != space.gbs and "gbs=" in text:
+        raise ConfigError(f"--seed-plan {text!r}: gbs={plan.gbs} but the space trains with global_batch={space.gbs}")
+    try:
+        params = encode_choices(space, choices)
+    except ConfigError as err:
+        raise ConfigError(f"--seed-plan {text!r}: {err}") from None
+    if len(space.gpus) == 1 and plan.gpus != space.gpus[0]:
+        raise ConfigError(f"--seed-plan {text!r}: uses {plan.gpus} GPUs, the space has {space.gpus[0]}")
+    make_candidate(space, catalog, space.complete({d.name: choices[d.name] for d in space.dims}))
+    return params

@@ -1,0 +1,408 @@
+"""Search spaces: a YAML file says what to search; this module reads it into a typed, checked space.
+
+Why a file and not flags: a search question (model, cluster, batch, which plan and
+hardware dimensions, prices) is data that users copy and edit; strict reading
+(unknown keys, wrong types and impossible values are one-line errors naming the
+key) keeps a typo from silently searching the wrong space. The schema is
+documented in ``search_spaces/README.md``.
+
+Every dimension is suggested to Optuna over the same fixed range in every trial
+(:meth:`Dimension.suggest`), so samplers see a static space; choices that do not
+fit together (divisibility) are decided later, by :mod:`stageopt.search.candidate`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import optuna
+
+from stageopt.errors import ConfigError
+from stageopt.hardware import Hardware, apply_hw_overrides, list_hardware_presets, load_hardware
+from stageopt.hardware_schema import load_yaml_mapping
+from stageopt.model import load_model
+from stageopt.model.spec import ModelSpec
+from stageopt.parallel.plan import RECOMPUTE, SCHEDULES
+
+Value = Union[int, float, str, bool]
+
+SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+DEFAULT_SPACE = "default"
+
+PLAN_DIMS = ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
+PLAN_DEFAULTS: dict[str, Value] = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 0,
+                                   "recompute": "none", "sp": False, "schedule": "1f1b"}
+HW_DIMS = ("hardware", "node_gpus", "scaleout_gbps", "hbm_gib")
+HW_SET_KEYS = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib"}
+OBJECTIVES = ("time", "throughput", "cost", "mfu")
+BACKENDS = ("analytical", "replay", "astra-sim")
+
+_TOP_KEYS = ("name", "description", "model", "model_set", "cluster", "training", "plan", "codesign", "cost",
+             "objectives", "backend", "screen")
+_CLUSTER_KEYS = ("gpus", "hardware", "hw_set")
+_TRAINING_KEYS = ("global_batch", "seq")
+_COST_KEYS = ("gpu_hour_usd", "node_gpus_usd_per_gpu_hour", "scaleout_usd_per_gbps_per_gpu_hour",
+              "hbm_usd_per_gib_per_gpu_hour")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dimension:
+    """One searched choice and its allowed values, suggested the same way in every trial.
+
+    Integer choices that are consecutive powers of two are suggested as an integer
+    exponent (``log2_tp`` in 0..3 for tp in 1, 2, 4, 8) so TPE and GP see their
+    order; anything else is categorical.
+    """
+
+    name: str
+    values: tuple[Value, ...]
+
+    @property
+    def log2(self) -> bool:
+        ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.values)
+        if not ints or len(self.values) < 2:
+            return False
+        exps = [int(v).bit_length() - 1 for v in self.values]  # type: ignore[arg-type]
+        return (all(1 << e == v for e, v in zip(exps, self.values))
+                and sorted(exps) == list(range(min(exps), max(exps) + 1)))
+
+    @property
+    def param(self) -> str:
+        """The Optuna parameter name."""
+        return f"log2_{self.name}" if self.log2 else self.name
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        if self.log2:
+            exps = [int(v).bit_length() - 1 for v in self.values]  # type: ignore[arg-type]
+            return optuna.distributions.IntDistribution(min(exps), max(exps))
+        return optuna.distributions.CategoricalDistribution(self.values)
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> Value:
+        if self.log2:
+            dist = self.distribution()
+            return 1 << trial.suggest_int(self.param, dist.low, dist.high)  # type: ignore[attr-defined]
+        return trial.suggest_categorical(self.name, self.values)  # type: ignore[arg-type]
+
+    def decode(self, params: Mapping[str, Any]) -> Value:
+        """The value a stored trial's parameters chose."""
+        raw = params[self.param]
+        return 1 << int(raw) if self.log2 else raw
+
+    def encode(self, value: Value) -> Any:
+        """The stored parameter for ``value`` (used to enqueue known plans)."""
+        if value not in self.values:
+            raise ConfigError(f"{self.name}={value} is not in the space's values {list(self.values)}")
+        return int(value).bit_length() - 1 if self.log2 else value  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CostModel:
+    """USD per GPU-hour of a hardware choice: the preset's price (or an override) plus network/HBM extras."""
+
+    gpu_hour_usd: Mapping[str, float]
+    node_gpus_usd_per_gpu_hour: Mapping[int, float]
+    scaleout_usd_per_gbps_per_gpu_hour: float = 0.0
+    hbm_usd_per_gib_per_gpu_hour: float = 0.0
+
+    def per_gpu_hour(self, preset: str, hw: Hardware, base: Hardware) -> float:
+        price = self.gpu_hour_usd.get(preset, hw.cost_per_gpu_hour)
+        price += self.node_gpus_usd_per_gpu_hour.get(hw.node.gpus, 0.0)
+        price += self.scaleout_usd_per_gbps_per_gpu_hour * (hw.scaleout.bandwidth_gbps - base.scaleout.bandwidth_gbps)
+        price += self.hbm_usd_per_gib_per_gpu_hour * (hw.gpu.hbm_gib - base.gpu.hbm_gib)
+        return price
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchSpace:
+    """What one study searches: fixed model/batch, searched plan (and hardware) dimensions, objectives."""
+
+    name: str
+    description: str
+    source: str
+    model_source: str
+    model_set: tuple[str, ...]
+    model: ModelSpec
+    gpus: tuple[int, ...]
+    hardware: str
+    hw_set: tuple[str, ...]
+    gbs: int
+    plan_dims: tuple[Dimension, ...]
+    fixed_plan: Mapping[str, Value]
+    hw_dims: tuple[Dimension, ...]
+    cost: CostModel
+    objectives: tuple[str, ...]
+    backend: str
+    screen: str | None
+
+    @property
+    def dims(self) -> tuple[Dimension, ...]:
+        """Every searched dimension, in the order they are suggested."""
+        gpus = (Dimension(name="gpus", values=self.gpus),) if len(self.gpus) > 1 else ()
+        return gpus + self.hw_dims + self.plan_dims
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Value]:
+        """Ask the trial for every dimension; returns the chosen values with fixed ones filled in."""
+        return self.complete({d.name: d.suggest(trial) for d in self.dims})
+
+    def decode(self, params: Mapping[str, Any]) -> dict[str, Value]:
+        """The choices of a stored trial (inverse of :meth:`suggest`)."""
+        return self.complete({d.name: d.decode(params) for d in self.dims})
+
+    def complete(self, chosen: Mapping[str, Value]) -> dict[str, Value]:
+        values: dict[str, Value] = {"gpus": self.gpus[0], **self.fixed_plan}
+        values.update(chosen)
+        return values
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        return {d.param: d.distribution() for d in self.dims}
+
+    def size(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= len(d.values)
+        return n
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def resolve_space_path(name_or_path: str | None) -> Path:
+    """A shipped space by name (``default``, ``llama3-405b-cp``) or a YAML path."""
+    text = name_or_path or DEFAULT_SPACE
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"--space {text!r}: file not found; give a .yaml file or one of "
+                              f"{', '.join(list_spaces())}")
+        return path
+    path = SPACES_DIR / f"{text}.yaml"
+    if not path.is_file():
+        close = difflib.get_close_matches(text, list_spaces(), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ConfigError(f"--space {text!r}: no such shipped space; {hint}known: {', '.join(list_spaces())}")
+    return path
+
+
+def list_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def load_space(name_or_path: str | None = None) -> SearchSpace:
+    """Read and check a search-space YAML file (see search_spaces/README.md)."""
+    path = resolve_space_path(name_or_path)
+    return space_from_dict(load_yaml_mapping(path), where=str(path))
+
+
+def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpace:
+    _check_keys(data, _TOP_KEYS, where)
+    for key in ("model", "cluster", "training", "plan"):
+        if key not in data:
+            raise ConfigError(f"{where}: missing '{key}' section; see search_spaces/README.md")
+    model_set = tuple(_str_list(data.get("model_set", []), f"{where}: model_set"))
+    cluster = _mapping(data["cluster"], f"{where}: cluster")
+    training = _mapping(data["training"], f"{where}: training")
+    _check_keys(cluster, _CLUSTER_KEYS, f"{where}: cluster")
+    _check_keys(training, _TRAINING_KEYS, f"{where}: training")
+    model_source = _text(data["model"], f"{where}: model")
+    overrides = list(model_set) + ([f"seq={_pos_int(training['seq'], f'{where}: training.seq')}"]
+                                   if "seq" in training else [])
+    try:
+        model = load_model(model_source, overrides)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: model: {err}") from None
+    gpus = tuple(_int_list(cluster.get("gpus"), f"{where}: cluster.gpus"))
+    hardware = _text(cluster.get("hardware", "h100-sxm"), f"{where}: cluster.hardware")
+    hw_set = tuple(_str_list(cluster.get("hw_set", []), f"{where}: cluster.hw_set"))
+    if "global_batch" not in training:
+        raise ConfigError(f"{where}: training.global_batch is missing; give the global batch in sequences")
+    gbs = _pos_int(training["global_batch"], f"{where}: training.global_batch")
+    plan_dims, fixed = _plan_dims(_mapping(data["plan"], f"{where}: plan"), where)
+    hw_dims = _hw_dims(_mapping(data.get("codesign", {}), f"{where}: codesign"), where)
+    base_presets = [hardware] + [str(v) for d in hw_dims if d.name == "hardware" for v in d.values]
+    for preset in base_presets:
+        try:
+            apply_hw_overrides(load_hardware(preset), hw_set)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: hardware {preset!r}: {err}") from None
+    objectives = tuple(_str_list(data.get("objectives", ["time"]), f"{where}: objectives"))
+    check_objectives(objectives, where)
+    backend = _text(data.get("backend", "analytical"), f"{where}: backend")
+    if backend not in BACKENDS:
+        raise ConfigError(f"{where}: backend {backend!r} unknown; use one of {', '.join(BACKENDS)}")
+    screen = data.get("screen")
+    if screen is not None and screen != "analytical":
+        raise ConfigError(f"{where}: screen {screen!r} unknown; use 'analytical' or leave it out")
+    return SearchSpace(
+        name=_text(data.get("name", Path(where).stem), f"{where}: name"),
+        description=_text(data.get("description", ""), f"{where}: description"),
+        source=where, model_source=model_source, model_set=model_set, model=model, gpus=gpus,
+        hardware=hardware, hw_set=hw_set, gbs=gbs, plan_dims=plan_dims, fixed_plan=fixed, hw_dims=hw_dims,
+        cost=_cost(_mapping(data.get("cost", {}), f"{where}: cost"), where), objectives=objectives,
+        backend=backend, screen=screen)
+
+
+def check_objectives(objectives: tuple[str, ...], where: str) -> None:
+    if not objectives:
+        raise ConfigError(f"{where}: objectives is empty; use e.g. time or time,cost")
+    for name in objectives:
+        if name not in OBJECTIVES:
+            close = difflib.get_close_matches(name, OBJECTIVES, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(f"{where}: objective {name!r} unknown; {hint}use {', '.join(OBJECTIVES)}")
+    if len(set(objectives)) != len(objectives):
+        raise ConfigError(f"{where}: objectives {list(objectives)} repeat a name; list each once")
+
+
+def _plan_dims(section: Mapping[str, Any], where: str) -> tuple[tuple[Dimension, ...], dict[str, Value]]:
+    _check_keys(section, PLAN_DIMS + ("dp",), f"{where}: plan")
+    if "dp" in section:
+        raise ConfigError(f"{where}: plan.dp is derived (gpus / (tp*cp*pp)); remove it")
+    dims, fixed = [], dict(PLAN_DEFAULTS)
+    for name in PLAN_DIMS:
+        if name not in section:
+            continue
+        values = tuple(_plan_values(name, section[name], f"{where}: plan.{name}"))
+        if len(values) == 1:
+            fixed[name] = values[0]
+        else:
+            dims.append(Dimension(name=name, values=values))
+    return tuple(dims), fixed
+
+
+def _plan_values(name: str, raw: Any, where: str) -> list[Value]:
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise ConfigError(f"{where}: empty list; give at least one value")
+    out: list[Value] = []
+    for item in items:
+        if name == "sp":
+            if isinstance(item, str) and item.lower() in ("on", "off"):
+                item = item.lower() == "on"
+            if not isinstance(item, bool):
+                raise ConfigError(f"{where}: {item!r} is not on/off")
+        elif name == "recompute":
+            if item not in RECOMPUTE:
+                raise ConfigError(f"{where}: {item!r} is not one of {', '.join(RECOMPUTE)}")
+        elif name == "schedule":
+            if item not in SCHEDULES:
+                raise ConfigError(f"{where}: {item!r} is not one of {', '.join(SCHEDULES)}")
+        elif name == "zero":
+            if item not in (0, 1, 2, 3) or isinstance(item, bool):
+                raise ConfigError(f"{where}: {item!r} is not a ZeRO stage 0, 1, 2 or 3")
+        else:
+            item = _pos_int(item, where)
+        if item in out:
+            raise ConfigError(f"{where}: value {item!r} is listed twice")
+        out.append(item)
+    return out
+
+
+def _hw_dims(section: Mapping[str, Any], where: str) -> tuple[Dimension, ...]:
+    _check_keys(section, HW_DIMS, f"{where}: codesign")
+    dims = []
+    for name in HW_DIMS:
+        if name not in section:
+            continue
+        raw = section[name] if isinstance(section[name], list) else [section[name]]
+        if name == "hardware":
+            values: list[Value] = _str_list(raw, f"{where}: codesign.hardware")
+            for preset in values:
+                try:
+                    load_hardware(str(preset))
+                except ConfigError as err:
+                    raise ConfigError(f"{where}: codesign.hardware: {err}") from None
+        elif name == "node_gpus":
+            values = [_pos_int(v, f"{where}: codesign.node_gpus") for v in raw]
+        else:
+            values = [_pos_float(v, f"{where}: codesign.{name}") for v in raw]
+        if not values or len(set(values)) != len(values):
+            raise ConfigError(f"{where}: codesign.{name} must list distinct values, got {raw!r}")
+        dims.append(Dimension(name=name, values=tuple(values)))
+    return tuple(dims)
+
+
+def _cost(section: Mapping[str, Any], where: str) -> CostModel:
+    _check_keys(section, _COST_KEYS, f"{where}: cost")
+    prices = _mapping(section.get("gpu_hour_usd", {}), f"{where}: cost.gpu_hour_usd")
+    known = list_hardware_presets()
+    for preset, price in prices.items():
+        if str(preset) not in known and not str(preset).endswith((".yaml", ".yml")):
+            raise ConfigError(f"{where}: cost.gpu_hour_usd: {preset!r} is not a hardware preset ({', '.join(known)})")
+        _pos_float(price, f"{where}: cost.gpu_hour_usd.{preset}")
+    node = _mapping(section.get("node_gpus_usd_per_gpu_hour", {}), f"{where}: cost.node_gpus_usd_per_gpu_hour")
+    return CostModel(
+        gpu_hour_usd={str(k): float(v) for k, v in prices.items()},
+        node_gpus_usd_per_gpu_hour={_pos_int(int(k) if str(k).isdigit() else k,
+                                             f"{where}: cost.node_gpus_usd_per_gpu_hour"):
+                                    _nonneg_float(v, f"{where}: cost.node_gpus_usd_per_gpu_hour.{k}")
+                                    for k, v in node.items()},
+        scaleout_usd_per_gbps_per_gpu_hour=_nonneg_float(section.get("scaleout_usd_per_gbps_per_gpu_hour", 0.0),
+                                                         f"{where}: cost.scaleout_usd_per_gbps_per_gpu_hour"),
+        hbm_usd_per_gib_per_gpu_hour=_nonneg_float(section.get("hbm_usd_per_gib_per_gpu_hour", 0.0),
+                                                   f"{where}: cost.hbm_usd_per_gib_per_gpu_hour"))
+
+
+# ----------------------------------------------------------------------------- small typed readers
+
+
+def _check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    for key in section:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
+            raise ConfigError(f"{where}: unknown key '{key}'; {hint}")
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    if isinstance(value, str) and "," in value:
+        items = [v.strip() for v in value.split(",")]
+    return [_text(v, where) for v in items]
+
+
+def _pos_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
+    return value
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if value is None:
+        raise ConfigError(f"{where}: missing; give a GPU count or a list of counts")
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ConfigError(f"{where}: empty list; give at least one GPU count")
+    out = [_pos_int(v, where) for v in items]
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{where}: GPU counts {out} repeat a value")
+    return out
+
+
+def _pos_float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{where}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+def _nonneg_float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{where}: expected a number >= 0, got {value!r}")
+    return float(value)
