@@ -49,7 +49,7 @@ def study_best(study: optuna.Study, objectives: tuple[Objective, ...], backend: 
 
 
 def write_trials_csv(study: optuna.Study, objectives: tuple[Objective, ...], path: Path) -> None:
-    head = ["number", "state", "status", "cached", "simulated", *[o.name for o in objectives], "gpus", "hardware",
+    head = ["number", "state", "status", "cached", "simulated", *[o.name for o in objectives], "plan", "gpus", "hardware",
             *PLAN_COLUMNS, *METRIC_COLUMNS, "constraint_valid", "constraint_memory_gib", "reason"]
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -60,7 +60,7 @@ def write_trials_csv(study: optuna.Study, objectives: tuple[Objective, ...], pat
             values = list(t.values) if t.values is not None else [""] * len(objectives)
             cons = t.constraints
             writer.writerow([t.number, t.state.name, rec.get("status", ""), rec.get("cached", ""),
-                             rec.get("simulated", ""), *values, rec.get("gpus", ""), rec.get("hardware", ""),
+                             rec.get("simulated", ""), *values, rec.get("plan", ""), rec.get("gpus", ""), rec.get("hardware", ""),
                              *[plan.get(c, "") for c in PLAN_COLUMNS], *[rec.get(c, "") for c in METRIC_COLUMNS],
                              cons.get("valid", ""), cons.get("memory_gib", ""),
                              rec.get("reason", t.user_attrs.get("reason", ""))])

@@ -238,7 +238,7 @@ def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpac
         raise ConfigError(f"{where}: screen {screen!r} unknown; use 'analytical' or leave it out")
     return SearchSpace(
         name=_text(data.get("name", Path(where).stem), f"{where}: name"),
-        description=_text(data.get("description", ""), f"{where}: description"),
+        description=str(data.get("description", "")),
         source=where, model_source=model_source, model_set=model_set, model=model, gpus=gpus,
         hardware=hardware, hw_set=hw_set, gbs=gbs, plan_dims=plan_dims, fixed_plan=fixed, hw_dims=hw_dims,
         cost=_cost(_mapping(data.get("cost", {}), f"{where}: cost"), where), objectives=objectives,
@@ -270,6 +270,7 @@ def _plan_dims(section: Mapping[str, Any], where: str) -> tuple[tuple[Dimension,
             fixed[name] = values[0]
         else:
             dims.append(Dimension(name=name, values=values))
+            fixed.pop(name)
     return tuple(dims), fixed
 
 

@@ -1,0 +1,87 @@
+"""`stageopt search` end to end on a small space: the optimum equals an independent brute force,
+repeats cost nothing, resume keeps counts, report rebuilds the files, bad inputs exit 2 in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import SMALL, brute_force_small, run_cli, search_json
+
+
+def test_exhausting_the_small_space_finds_the_brute_force_optimum(runs: Path) -> None:
+    n_feasible, best_time, best_plan = brute_force_small()
+    out = search_json("--space", str(SMALL), "--budget", "500", "--seed", "3", "--runs-dir", str(runs),
+                      "--study-name", "s")
+    # analytical backend: every valid plan counts as one simulation; the space has fewer than 500
+    assert out["stop_reason"] in ("every candidate simulated", "budget") or "ask cap" in out["stop_reason"]
+    assert out["best"][0]["iteration_time_s"] == pytest.approx(best_time, rel=1e-9)
+    assert out["best"][0]["plan"] == best_plan
+    rows = list(csv.DictReader((runs / "s" / "trials.csv").open()))
+    assert len(rows) == out["trials"]
+    simulated = {r["tp"] + r["pp"] + r["mbs"] + r["zero"] + r["recompute"] for r in rows if r["simulated"] == "True"}
+    assert len(simulated) == out["simulations"]  # each simulated plan once; repeats were cache hits
+    feasible = {r["tp"] + r["pp"] + r["mbs"] + r["zero"] + r["recompute"] for r in rows if r["status"] == "ok"}
+    assert len(feasible) <= n_feasible
+    best = json.loads((runs / "s" / "best.json").read_text())
+    assert best["best"][0]["plan"] == best_plan
+
+
+def test_budget_counts_unique_simulations_and_resume_continues(runs: Path) -> None:
+    first = search_json("--space", str(SMALL), "--budget", "20", "--seed", "1", "--runs-dir", str(runs),
+                        "--study-name", "r")
+    assert first["simulations"] == 20
+    again = search_json("--space", str(SMALL), "--budget", "35", "--seed", "1", "--runs-dir", str(runs),
+                        "--study-name", "r", "--resume")
+    assert again["simulations"] == 35 and again["trials"] >= first["trials"] + 15
+
+
+def test_seed_makes_runs_reproducible(runs: Path) -> None:
+    a = search_json("--space", str(SMALL), "--budget", "25", "--seed", "7", "--runs-dir", str(runs), "--study-name", "a")
+    b = search_json("--space", str(SMALL), "--budget", "25", "--seed", "7", "--runs-dir", str(runs), "--study-name", "b")
+    ta = [r["plan"] for r in csv.DictReader((runs / "a" / "trials.csv").open())]
+    tb = [r["plan"] for r in csv.DictReader((runs / "b" / "trials.csv").open())]
+    assert ta == tb and a["best"] == b["best"]
+
+
+def test_seed_plan_is_evaluated_first_and_report_rebuilds(runs: Path) -> None:
+    search_json("--space", str(SMALL), "--budget", "5", "--seed", "1", "--runs-dir", str(runs), "--study-name", "p",
+                "--seed-plan", "tp=8 pp=2 mbs=1 zero=1 recompute=full sp=on")
+    rows = list(csv.DictReader((runs / "p" / "trials.csv").open()))
+    assert (rows[0]["tp"], rows[0]["pp"], rows[0]["recompute"]) == ("8", "2", "full")
+    (runs / "p" / "best.json").unlink()
+    proc = run_cli("report", str(runs / "p"), "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    assert (runs / "p" / "best.json").is_file() and "time s" in proc.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--space", "nonexistent.yaml"], ["nonexistent.yaml", "not found"]),
+    (["--space", "defualt"], ["did you mean 'default'"]),
+    (["--storage", "notaurl"], ["--storage", "not a URL"]),
+    (["--storage", "postgresql://nobody@127.0.0.1:1/db"], ["--storage", "postgresql://"]),
+    (["--storage", "sqlite:////nonexistent-dir/x.db"], ["--storage", "cannot open"]),
+    (["--backend", "replay", "--ray-address", "127.0.0.1:1"], ["--ray-address", "cannot reach"]),
+    (["--objectives", "time,speed"], ["objective 'speed'"]),
+    (["--budget", "0"], ["--budget"]),
+    (["--resume", "--study-name", "nothing-here"], ["--resume", "no study"]),
+])
+def test_bad_inputs_exit_2_with_one_line(runs: Path, args: list[str], words: list[str]) -> None:
+    proc = run_cli("search", "--space", str(SMALL), "--runs-dir", str(runs), *args)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("stageopt: error:"), err
+    for w in words:
+        assert w in err
+
+
+def test_space_with_no_feasible_plan_says_why(tmp_path: Path, runs: Path) -> None:
+    space = tmp_path / "tight.yaml"
+    space.write_text(SMALL.read_text().replace("hardware: h100-sxm", "hardware: h100-sxm\n  hw_set: [gpu.hbm_gib=1]"))
+    proc = run_cli("search", "--space", str(space), "--runs-dir", str(runs))
+    assert proc.returncode == 2
+    assert "no plan fits 1 GiB: smallest needs" in proc.stderr and " GiB at tp=" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
