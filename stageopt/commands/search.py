@@ -9,6 +9,7 @@ feasible plan), 130 interrupted (what was told is kept; continue with --resume).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -101,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
 
     bar = ProgressBar(sys.stderr.isatty() and not args.json)
     try:
-        result = run_search(options_from_args(args), progress=bar)
+        with contextlib.redirect_stdout(sys.stderr):  # Ray's worker-death notices must not mix into --json
+            result = run_search(options_from_args(args), progress=bar)
     finally:
         bar.close()
     best = study_best(result.study, result.objectives, result.backend)

@@ -80,6 +80,7 @@ class RayExecutor:
                  timeout_s: float = 600.0) -> None:
         self.workers = workers
         self.timeout_s = timeout_s
+        self._owns_ray = not _ray_running()
         ray = _start_ray(workers, address)
         self._ray = ray
         self._remote = ray.remote(num_cpus=1, max_retries=0)(run_in_temp_dir)
@@ -127,6 +128,16 @@ class RayExecutor:
         for ref in list(self._pending):
             self._ray.cancel(ref, force=True)
         self._pending.clear()
+        if self._owns_ray:  # a Ray we started goes with the search (its notices before our output)
+            self._ray.shutdown()
+
+
+def _ray_running() -> bool:
+    try:
+        import ray
+    except ImportError:
+        return False
+    return ray.is_initialized()
 
 
 def _reason(err: BaseException) -> str:

@@ -1,0 +1,56 @@
+"""A search killed with SIGKILL at a random moment, then resumed, loses no finished trial and reaches its budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+from optuna.storages import JournalStorage
+
+from stageopt.search.storage import CrashSafeJournal
+
+from conftest import HERE, REPO, run_cli
+
+
+def _finished(journal: Path, name: str) -> dict[int, tuple]:
+    study = optuna.load_study(study_name=name, storage=JournalStorage(CrashSafeJournal(str(journal))))
+    return {t.number: (t.state.name, tuple(t.values or ())) for t in study.get_trials()
+            if t.state.is_finished()}
+
+
+def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
+    runs, name, budget = tmp_path / "runs", "k", 150
+    journal = runs / name / "journal.log"
+    args = ["search", "--budget", str(budget), "--seed", "5", "--runs-dir", str(runs), "--study-name", name,
+            "--no-plots", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    proc = subprocess.Popen([sys.executable, "-m", "stageopt.cli", *args], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    threshold = random.Random().randint(20_000, 200_000)  # bytes of journal: a random point mid-search
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.is_file() and journal.stat().st_size > threshold:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "search finished before it could be killed; raise the budget"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _finished(journal, name)
+    assert before, "nothing was told before the kill"
+
+    done = run_cli(*[a for a in args if a != "--json"][:1], *args[1:], "--resume", timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["simulations"] == budget
+    after = _finished(journal, name)
+    for number, state_values in before.items():
+        assert after[number] == state_values  # every trial finished before the kill is kept as it was
+    study = optuna.load_study(study_name=name, storage=JournalStorage(CrashSafeJournal(str(journal))))
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
