@@ -35,7 +35,8 @@ from stageopt.search.census import Census, pareto_ranks
 from stageopt.search.executors import RayExecutor, analytical_estimates
 from stageopt.search.objective import (FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome,
                                        invalid_outcome)
-from stageopt.search.space import SearchSpace
+from stageopt.search.refine import neighbours
+from stageopt.search.space import SearchSpace, Value, encode_choices
 from stageopt.search.storage import CrashSafeJournal
 from stageopt.sim.base import Estimate
 
@@ -46,6 +47,9 @@ class LoopConfig:
     max_asks: int
     batch: int
     backend: str
+    refine: bool = False  # enqueue untried neighbours of the incumbents (see stageopt.search.refine)
+    refine_after: float = 0.25  # fraction of the budget sampled before refinement starts
+    refine_top: int = 32  # incumbents (best first) whose neighbourhoods may be searched
 
 
 @dataclass
@@ -78,6 +82,8 @@ class SearchLoop:
         self.stats = LoopStats()
         self._waiting: dict[str, list[optuna.trial.Trial]] = {}  # key in flight -> trials told with its result
         self._in_flight: dict[str, Candidate] = {}
+        self._choices: dict[str, dict[str, Value]] = {}  # candidate key -> choices that produced it
+        self._proposed: set[str] = set()  # keys enqueued by refinement
         self._exhausted = False
         self.target = config.budget
         if census is not None and census.exhaustive:  # stop when the space has nothing new to simulate
@@ -98,6 +104,7 @@ class SearchLoop:
                     break
                 room = self._room()
                 if room > 0:
+                    self._refine(room - room // 4)
                     self._step([self._ask() for _ in range(room)])
                 if self.executor is not None and self.executor.in_flight:
                     self._collect(wait_all=self.synchronous)
@@ -135,6 +142,29 @@ class SearchLoop:
         free = self.executor.workers - self.executor.in_flight
         return max(0, min(free, left_budget, left_asks))
 
+    def _refine(self, limit: int) -> None:
+        """Enqueue up to ``limit`` untried valid neighbours of the best candidates, best first."""
+        if not self.config.refine or self.simulations < self.config.refine_after * self.target:
+            return
+        ranked = ranked_outcomes(self.cache.outcomes(), self.objectives, self.config.backend)
+        queued = 0
+        for outcome in ranked[:self.config.refine_top]:
+            base = self._choices.get(outcome.key)
+            if base is None:
+                continue
+            for choices in neighbours(self.space, base):
+                try:
+                    cand = make_candidate(self.space, self.catalog, choices)
+                except StageoptError:
+                    continue
+                if cand.key in self.cache or cand.key in self._proposed or cand.key in self._in_flight:
+                    continue
+                self._proposed.add(cand.key)
+                self.study.enqueue_trial(encode_choices(self.space, choices), skip_if_exists=False)
+                queued += 1
+                if queued >= limit:
+                    return
+
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
         return self.study.ask()
@@ -151,6 +181,7 @@ class SearchLoop:
                 key = "invalid: " + " ".join(f"{k}={v}" for k, v in sorted(trial.params.items()))
                 self._tell(trial, invalid_outcome(key, str(err).removeprefix("plan: ")), simulated=False, cached=False)
                 continue
+            self._choices.setdefault(cand.key, values)
             if cand.key in self.cache:
                 self._tell(trial, self.cache.get(cand.key), simulated=False, cached=True)
             elif cand.key in self._in_flight or cand.key in seen_now:
@@ -235,14 +266,22 @@ class SearchLoop:
         return best_outcomes(self.cache.outcomes(), self.objectives, self.config.backend)
 
 
-def best_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str) -> list[Outcome]:
+def _feasible(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str):
+    """Feasible results of the backend, their objective values (all minimized) and Pareto ranks."""
     feas = [o for o in outcomes if o.status == OK and o.record.get("backend") == backend]
-    if not feas:
-        return []
     signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in objectives])
-    values = np.array([o.values(objectives) for o in feas]) * signs
-    if len(objectives) == 1:
-        return [feas[int(np.argmin(values[:, 0]))]]
-    ranks = pareto_ranks(values)
-    front = [i for i in np.argsort(values[:, 0], kind="stable") if ranks[i] == 0]
-    return [feas[i] for i in front]
+    values = np.array([o.values(objectives) for o in feas]).reshape(len(feas), len(objectives)) * signs
+    return feas, values, pareto_ranks(values) if feas else np.zeros(0, dtype=int)
+
+
+def ranked_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str) -> list[Outcome]:
+    """Feasible results of the backend, best first: by Pareto rank, then the first objective."""
+    feas, values, ranks = _feasible(outcomes, objectives, backend)
+    return [feas[i] for i in np.lexsort((values[:, 0], ranks))] if feas else []
+
+
+def best_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str) -> list[Outcome]:
+    """The best result (one objective) or the Pareto front (several), in order of the first objective."""
+    feas, values, ranks = _feasible(outcomes, objectives, backend)
+    order = [i for i in np.lexsort((values[:, 0], ranks)) if ranks[i] == 0] if feas else []
+    return [feas[i] for i in order][:1 if len(objectives) == 1 else None]

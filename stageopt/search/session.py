@@ -26,7 +26,7 @@ from stageopt.search.driver import LoopConfig, LoopStats, SearchLoop
 from stageopt.search.executors import RayExecutor
 from stageopt.search.objective import Objective, objectives_for
 from stageopt.search.samplers import make_sampler
-from stageopt.search.space import SearchSpace, check_objectives, resolve_space_path, space_from_dict
+from stageopt.search.space import encode_choices, SearchSpace, check_objectives, resolve_space_path, space_from_dict
 from stageopt.search.storage import check_study_name, fail_running, make_storage, study_exists
 from stageopt.hardware_schema import load_yaml_mapping
 
@@ -127,7 +127,7 @@ def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | Non
     executor = (RayExecutor(simulator, space.model, workers=workers, address=opts.ray_address,
                             timeout_s=opts.timeout_s) if simulator is not None else None)
     config = LoopConfig(budget=opts.budget, max_asks=opts.max_asks or 20 * opts.budget + len(study.trials),
-                        batch=opts.batch, backend=backend)
+                        batch=opts.batch, backend=backend, refine=opts.sampler == "tpe")
     loop = SearchLoop(study=study, space=space, objectives=objectives, catalog=catalog, cache=cache, census=census,
                       config=config, executor=executor, journal=journal,
                       synchronous=opts.seed is not None or executor is None, progress=progress)
@@ -157,11 +157,6 @@ def _fresh_name(space_name: str, runs_dir: Path) -> str:
         n += 1
         name = f"{base}-{n}"
     return name
-
-
-def encode_choices(space: SearchSpace, choices: dict[str, Any]) -> dict[str, Any]:
-    """Optuna parameters (as the space suggests them) for a dict of dimension values."""
-    return {d.param: d.encode(choices[d.name]) for d in space.dims}
 
 
 def seed_params(space: SearchSpace, catalog: HardwareCatalog, text: str) -> dict[str, Any]:

@@ -170,6 +170,11 @@ class SearchSpace:
 # ----------------------------------------------------------------------------- loading
 
 
+def encode_choices(space: SearchSpace, choices: Mapping[str, Any]) -> dict[str, Any]:
+    """Optuna parameters (as the space suggests them) for a dict of dimension values."""
+    return {d.param: d.encode(choices[d.name]) for d in space.dims}
+
+
 def resolve_space_path(name_or_path: str | None) -> Path:
     """A shipped space by name (``default``, ``llama3-405b-cp``) or a YAML path."""
     text = name_or_path or DEFAULT_SPACE
