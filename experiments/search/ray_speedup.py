@@ -26,7 +26,7 @@ def timed(workers: int, n: int, space: str, runs: str) -> dict:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-    space = sys.argv[2] if len(sys.argv) > 2 else "astra-sim"
+    space = sys.argv[2] if len(sys.argv) > 2 else "default"
     with tempfile.TemporaryDirectory() as runs:
         one = timed(1, n, space, runs)
         two = timed(2, n, space, runs)
