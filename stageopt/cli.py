@@ -1,6 +1,6 @@
-"""The ``stageopt`` command line: a thin shell that wires subcommands.
+"""stageopt: find the best parallel plan (and hardware) for training an LLM, with simulators.
 
-Each subcommand lives in ``stageopt/commands/<name>.py`` and provides
+The command line is a thin shell: each subcommand lives in ``stageopt/commands/<name>.py`` and provides
 ``add_parser(subparsers)`` and ``run(args) -> int``. User errors
 (:class:`stageopt.errors.StageoptError`) become one line on stderr and exit 2.
 """

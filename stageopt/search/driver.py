@@ -105,7 +105,10 @@ class SearchLoop:
                 room = self._room()
                 if room > 0:
                     self._refine(room - room // 4)
+                    cached_before = self.stats.cached
                     self._step([self._ask() for _ in range(room)])
+                    if self.stats.cached - cached_before > room // 2:
+                        self._explore(room)
                 if self.executor is not None and self.executor.in_flight:
                     self._collect(wait_all=self.synchronous)
                 self._sync()
@@ -164,6 +167,22 @@ class SearchLoop:
                 queued += 1
                 if queued >= limit:
                     return
+
+    def _explore(self, limit: int) -> None:
+        """The sampler mostly repeats itself: enqueue untried valid plans of the space, at random.
+
+        Only when the census enumerated the whole space (so "untried" is known); the
+        draw is seeded by the number of simulations so a seeded search stays reproducible.
+        """
+        if not self.config.refine or self.census is None or not self.census.exhaustive:
+            return
+        untried = [k for k in self.census.choices
+                   if k not in self.cache and k not in self._proposed and k not in self._in_flight]
+        rng = np.random.default_rng(self.simulations)
+        for i in rng.permutation(len(untried))[:limit]:
+            key = untried[int(i)]
+            self._proposed.add(key)
+            self.study.enqueue_trial(encode_choices(self.space, self.census.choices[key]), skip_if_exists=False)
 
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
@@ -268,7 +287,8 @@ class SearchLoop:
 
 def _feasible(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str):
     """Feasible results of the backend, their objective values (all minimized) and Pareto ranks."""
-    feas = [o for o in outcomes if o.status == OK and o.record.get("backend") == backend]
+    unique = {o.key: o for o in outcomes if o.status == OK and o.record.get("backend") == backend}
+    feas = list(unique.values())
     signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in objectives])
     values = np.array([o.values(objectives) for o in feas]).reshape(len(feas), len(objectives)) * signs
     return feas, values, pareto_ranks(values) if feas else np.zeros(0, dtype=int)
