@@ -122,7 +122,7 @@ class _StageBuilder:
         sym = symbol_values(work.model, self.plan)
         kinds = {k for c in work.chunks[stage] for k in c.blocks}
         self.ops: dict[str, BlockOps] = {k: block_ops(k, arch, self.plan.recompute) for k in kinds}
-        self.vals: dict[str, np.ndarray] = {k: b.evaluate(sym) for k, b in self.ops.items()}
+        self.vals: dict[str, list[int]] = {k: b.evaluate(sym).tolist() for k, b in self.ops.items()}  # plain ints: hot loop
         self.params = {k: block_params(work, k) for k in kinds}
         self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *DP_GROUPS)}
         self.b = _Builder()
@@ -160,9 +160,9 @@ class _StageBuilder:
             waited.update(deps)
             name = f"{label}:{op.name}"
             if op.kind == COMP:
-                nid = b.comp(name, op.phase, deps, int(vals[op.values]), int(vals[op.values + 1]), op.kernel)
+                nid = b.comp(name, op.phase, deps, vals[op.values], vals[op.values + 1], op.kernel)
             else:
-                nid = b.add(name, COLL, op.phase, deps, collective=op.collective, comm_size=int(vals[op.values]),
+                nid = b.add(name, COLL, op.phase, deps, collective=op.collective, comm_size=vals[op.values],
                             group=op.axis, group_size=sizes[op.axis])
                 colls.append(nid)
             for uid in op.outputs:
