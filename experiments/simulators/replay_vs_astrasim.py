@@ -1,6 +1,6 @@
 """Compare stageopt's event replay with ASTRA-sim's recorded runs.
 
-Usage: python experiments/replay_vs_astrasim.py [SHARED_DIR]
+Usage: python experiments/simulators/replay_vs_astrasim.py [SHARED_DIR]
 
 Reads shared/reference/astra-sim/results.json, extracts the reference traces
 into a temporary folder, replays every run and prints one table row per run:
@@ -49,5 +49,5 @@ def main(shared: Path) -> int:
 
 
 if __name__ == "__main__":
-    default = Path(__file__).resolve().parents[1].parent / "shared"
+    default = Path(__file__).resolve().parents[2].parent / "shared"
     sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else default))
