@@ -26,7 +26,9 @@ def make_simulator(name: str, *, astra_sim: str | None = None, timeout_s: float 
         return ReplaySimulator()
     if name == "astra-sim":
         from stageopt.sim.astrasim import AstraSimSimulator
+        from stageopt.sim.astrasim_runner import find_astra_sim
 
+        find_astra_sim(astra_sim)  # a missing binary is a usage error now, not a failed trial per plan
         return AstraSimSimulator(binary=astra_sim, timeout_s=timeout_s)
     module_name, sep, class_name = name.partition(":")
     if not sep or not module_name or not class_name:
