@@ -99,8 +99,11 @@ class _Builder:
     def add(self, name: str, type_: str, phase: str, data: list[int] | tuple[int, ...] = (),
             ctrl: tuple[int, ...] = (), **fields: object) -> int:
         nid = len(self.nodes)
-        data_deps = tuple(sorted(set(data)))
-        ctrl_deps = tuple(sorted(set(ctrl) - set(data_deps)))
+        data_deps = tuple(sorted(set(data))) if len(data) > 1 else tuple(data)
+        if len(ctrl) == 1:  # the common case: the previous compute node
+            ctrl_deps = () if ctrl[0] in data_deps else tuple(ctrl)
+        else:
+            ctrl_deps = tuple(sorted(set(ctrl).difference(data_deps)))
         self.nodes.append(ProgramNode(nid, name, type_, phase, data_deps, ctrl_deps, **fields))  # type: ignore[arg-type]
         return nid
 
@@ -156,7 +159,8 @@ class _StageBuilder:
                 for uid in op.outputs:
                     produced[uid] = tuple(deps)
                 continue
-            deps.extend(weights[g] for g in op.weight_groups if g in weights)
+            if op.weight_groups and weights:
+                deps.extend(weights[g] for g in op.weight_groups if g in weights)
             waited.update(deps)
             name = f"{label}:{op.name}"
             if op.kind == COMP:
