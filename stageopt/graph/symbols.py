@@ -37,7 +37,11 @@ ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + (TP, CP, EP)
 
 
 def symbol_values(model, plan) -> dict[str, float]:
-    """Concrete value of every symbol for one model and plan (keyed by name)."""
+    """Value of every symbol for one model and plan (keyed by name).
+
+    ``plan`` needs only ``mbs``, ``tp``, ``cp`` and ``ep``; they may be numpy arrays
+    (one entry per candidate) for the vectorized analytical model.
+    """
     return {
         "B": plan.mbs, "S": model.seq, "H": model.hidden, "F": model.ffn, "V": model.vocab,
         "G": model.kv_heads, "R": model.heads // model.kv_heads, "D": model.dim_per_head,

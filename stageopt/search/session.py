@@ -117,12 +117,7 @@ def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | Non
         study.set_user_attr(META_ATTR, meta)
     failed = fail_running(study, storage) if exists else 0
     cache = ResultCache.from_trials(study.get_trials(deepcopy=False))
-    for text in opts.seed_plans:
-        study.enqueue_trial(seed_params(space, catalog, text), skip_if_exists=True)
-    if screen and not exists:
-        top = opts.screen_top if opts.screen_top is not None else max(1, opts.budget // 2)
-        for outcome in census.ranked(objectives)[:top]:
-            study.enqueue_trial(encode_choices(space, census.choices[outcome.key]), skip_if_exists=True)
+    _enqueue_known(study, opts, space, catalog, census if screen and not exists else None, objectives)
     workers = opts.workers or (os.cpu_count() or 1)
     executor = (RayExecutor(simulator, space.model, workers=workers, address=opts.ray_address,
                             timeout_s=opts.timeout_s) if simulator is not None else None)
@@ -134,6 +129,17 @@ def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | Non
     stats = loop.run()
     return SearchResult(study=study, space=space, objectives=objectives, backend=backend, run_dir=run_dir,
                         stats=stats, loop=loop, census=census, meta=meta, failed_on_resume=failed)
+
+
+def _enqueue_known(study: optuna.Study, opts: SearchOptions, space: SearchSpace, catalog: HardwareCatalog,
+                   screened: Census | None, objectives: tuple[Objective, ...]) -> None:
+    """Queue ``--seed-plan`` plans, then (multi-fidelity) the analytically best plans of the space."""
+    for text in opts.seed_plans:
+        study.enqueue_trial(seed_params(space, catalog, text), skip_if_exists=True)
+    if screened is not None:
+        top = opts.screen_top if opts.screen_top is not None else max(1, opts.budget // 2)
+        for outcome in screened.ranked(objectives)[:top]:
+            study.enqueue_trial(encode_choices(space, screened.choices[outcome.key]), skip_if_exists=True)
 
 
 def _space_data(opts: SearchOptions) -> tuple[dict[str, Any], str]:

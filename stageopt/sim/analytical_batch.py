@@ -17,10 +17,13 @@ micro-batch's backward when ``dp_overlap``) and the optimizer step.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from stageopt.graph.compile import compile_block, compile_op_table
 from stageopt.graph.program import arch_of
+from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
 from stageopt.memory import GIB, OPTIMIZER_BYTES
 from stageopt.model.spec import ModelSpec
@@ -58,10 +61,7 @@ def _block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nd
     """Per micro-batch: compute seconds by phase, exposed comm seconds by axis, and the aggregates."""
     n = len(c["tp"])
     arch = arch_of(model, proto)
-    values = {"B": c["mbs"], "S": model.seq, "H": model.hidden, "F": model.ffn, "V": model.vocab,
-              "G": model.kv_heads, "R": model.heads // model.kv_heads, "D": model.dim_per_head,
-              "E": max(model.experts, 1), "K": max(model.top_k, 1), "FE": max(model.expert_ffn, 1),
-              "NS": max(model.shared_experts, 1), "tp": c["tp"], "cp": c["cp"], "ep": c["ep"]}
+    values = symbol_values(model, SimpleNamespace(mbs=c["mbs"], tp=c["tp"], cp=c["cp"], ep=c["ep"]))
     block = compile_block(kind, arch, proto.recompute)
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
