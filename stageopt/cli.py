@@ -1,6 +1,6 @@
 """stageopt: find the best parallel plan (and hardware) for training an LLM, with simulators.
 
-The command line is a thin shell: each subcommand lives in ``stageopt/commands/<name>.py`` and provides
+The command line is a thin shell: each subcommand lives in ``stageopt/commands/<name>_command.py`` and provides
 ``add_parser(subparsers)`` and ``run(args) -> int``. User errors
 (:class:`stageopt.errors.StageoptError`) become one line on stderr and exit 2.
 """
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
-        module = importlib.import_module(f"stageopt.commands.{name}")
+        module = importlib.import_module(f"stageopt.commands.{name}_command")
         module.add_parser(sub)
     return parser
 

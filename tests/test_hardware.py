@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stageopt.astrasim.config_writer import astra_sim_configs, network_dims, write_astra_sim_configs
 from stageopt.errors import ConfigError
 from stageopt.hardware import (
     PRESETS_DIR,
@@ -20,9 +21,8 @@ from stageopt.hardware import (
     list_hardware_presets,
     load_hardware,
 )
-from stageopt.hardware_astrasim import astra_sim_configs, network_dims, write_astra_sim_configs
-from stageopt.hardware_collectives import CollectiveAlgorithms, alpha_beta_terms, collective_time_s
-from stageopt.hardware_efficiency import KernelEfficiency
+from stageopt.hardware.collectives import CollectiveAlgorithms, alpha_beta_terms, collective_time_s
+from stageopt.hardware.efficiency import KernelEfficiency
 
 REF_CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "astra-sim" / "configs"
 needs_reference = pytest.mark.skipif(not REF_CONFIGS.is_dir(), reason="../shared reference not present")
@@ -326,7 +326,7 @@ def test_written_configs_match_reference_schema(tmp_path: Path) -> None:
 
 
 def test_written_configs_read_back_by_the_typed_readers(tmp_path: Path) -> None:
-    readers = pytest.importorskip("stageopt.sim.astra_configs")
+    readers = pytest.importorskip("stageopt.astrasim.configs")
     for name in list_hardware_presets():
         hw = load_hardware(name)
         files = write_astra_sim_configs(hw, 2 * hw.node.gpus, tmp_path / name)

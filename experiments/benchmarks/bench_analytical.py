@@ -16,8 +16,8 @@ import numpy as np
 from stageopt.errors import StageoptError
 from stageopt.hardware import load_hardware
 from stageopt.model import load_model
+from stageopt.parallel.feasibility import validate_plan
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.validate import validate_plan
 from stageopt.sim.analytical_batch import evaluate_plans
 
 GPUS = 5128

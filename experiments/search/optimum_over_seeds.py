@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from stageopt.search.artifacts import study_best
 from stageopt.search.candidate import HardwareCatalog
 from stageopt.search.census import take_census
-from stageopt.search.report import study_best
 from stageopt.search.session import SearchOptions, run_search
 from stageopt.search.space import load_space
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stageopt.sim.replay_compat import replay_trace_set
+from stageopt.astrasim.trace_replay import replay_trace_set
 
 
 def main(shared: Path) -> int:

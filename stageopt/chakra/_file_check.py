@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from stageopt.chakra.attrs import INTEGER_ONEOFS
+from stageopt.chakra.et_schema import SCHEMA_VERSION, CommType, NodeType
 from stageopt.chakra.io import read_trace
-from stageopt.chakra.schema import SCHEMA_VERSION, CommType, NodeType
 from stageopt.errors import ConfigError
 
 # Collective types ASTRA-sim simulates (BROADCAST is replayed from duration_micros); others abort.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Union
 
-from stageopt.chakra.schema import AttributeProto
+from stageopt.chakra.et_schema import AttributeProto
 from stageopt.errors import ConfigError
 
 AttrValue = Union[bool, int, float, str, bytes, list, None]

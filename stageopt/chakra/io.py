@@ -15,7 +15,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from stageopt.chakra.attrs import AttrValue, make_attr
-from stageopt.chakra.schema import SCHEMA_VERSION, GlobalMetadata, Node, NodeType
+from stageopt.chakra.et_schema import SCHEMA_VERSION, GlobalMetadata, Node, NodeType
 from stageopt.errors import ConfigError
 
 

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from stageopt.chakra.attrs import AttrValue, attr_value, make_attr
+from stageopt.chakra.et_schema import SCHEMA_VERSION
 from stageopt.chakra.io import delimited, encode_varint, metadata_bytes
-from stageopt.chakra.schema import SCHEMA_VERSION
 from stageopt.errors import ConfigError
 
 RANK_SPECIFIC_ATTRS: tuple[str, ...] = ("pg_name", "comm_src", "comm_dst", "comm_tag")

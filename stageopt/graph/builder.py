@@ -1,6 +1,6 @@
 """GraphBuilder: records ops and inserts the collectives layouts require.
 
-Module templates (:mod:`stageopt.graph.blocks`) call :meth:`einsum`,
+Module templates (:mod:`stageopt.graph.templates`) call :meth:`einsum`,
 :meth:`vector` and :meth:`view`; each converts its inputs to the layouts it
 needs with :meth:`convert` (the layout matcher), which emits the collective
 for every axis whose placement changes.

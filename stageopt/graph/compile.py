@@ -14,10 +14,10 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
-from stageopt.graph.blocks import Arch
+from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.layout import PARTIAL
-from stageopt.graph.program import BlockGraph, build_block
 from stageopt.graph.symbols import ALL_SYMBOLS
+from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
 
 PHASES = ("fwd", "bwd", "recompute")

@@ -10,8 +10,6 @@ degree 1 has no group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from stageopt.parallel.plan import Plan

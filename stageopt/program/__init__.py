@@ -1,12 +1,17 @@
-"""Per-stage programs of one training iteration, and their Chakra traces.
+"""Per-stage programs of one training iteration, lowered to Chakra trace sets.
+
+Owns what one rank of each pipeline stage executes, in schedule order, and
+its serialization into per-rank Chakra files.
 
 ``build_programs(work)`` gives one :class:`StageProgram` per pipeline stage: a
 plain, rank-independent list of :class:`ProgramNode` records (kernels,
 collectives on a group *kind*, messages to the *next*/*prev* stage) with the
 schedule encoded in the dependencies (see :mod:`stageopt.program.stage_program`).
-Simulators can replay one representative rank per stage from it;
+Simulators replay one representative rank per stage from it;
 :func:`stageopt.program.generate.generate` writes a full ASTRA-sim input set
-by serializing each stage once and patching ranks.
+by serializing each stage once and patching ranks. Imports ``workload``,
+``graph``, ``parallel``, ``hardware``, ``chakra`` and ``astrasim`` (config
+writers); no simulator.
 
 Settings that change a trace but not its totals:
 

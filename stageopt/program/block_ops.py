@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
 import numpy as np
 import sympy as sp
 
-from stageopt.graph.blocks import Arch
-from stageopt.graph.program import BlockGraph, build_block
+from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.symbols import ALL_SYMBOLS
+from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
 
 COMPUTE_KINDS = ("matmul", "attention", "vector")

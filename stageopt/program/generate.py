@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stageopt.astrasim.config_writer import astra_sim_configs, write_astra_sim_configs
+from stageopt.astrasim.runner import ENV_VAR
 from stageopt.chakra import TraceTemplate, write_comm_groups
 from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
-from stageopt.hardware_astrasim import astra_sim_configs, write_astra_sim_configs
 from stageopt.program.chakra_emit import rank_patches, stage_template
 from stageopt.program.groups import GroupTable
 from stageopt.program.stage_program import ProgramOptions, build_programs
-from stageopt.sim.astrasim_runner import ENV_VAR
 from stageopt.workload import Workload
 
 SCRIPT_NAME = "run_astrasim.sh"

@@ -1,7 +1,7 @@
 """Per-block parameter bytes that gradient and parameter synchronisation move.
 
 Kept in one place so the trace's DP and ZeRO collectives split exactly the
-totals :mod:`stageopt.stage_stats` reports: summing these over a stage's
+totals :mod:`stageopt.workload.stats` reports: summing these over a stage's
 blocks gives ``stage_params`` (the output layer of a tied embedding is not a
 second copy when it sits on the embedding's stage, i.e. pp == 1).
 """

@@ -35,26 +35,24 @@ the dependencies, so every simulator runs the same order:
   finish, which can stall the rank). Their outputs stand for their inputs.
 
 The byte totals per (group, collective) and the FLOPs equal
-:mod:`stageopt.stage_stats`'s numbers; bucketing changes counts, not totals.
+:mod:`stageopt.workload.stats`'s numbers; bucketing changes counts, not totals.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from stageopt.errors import ConfigError
-from stageopt.graph.program import arch_of
+from stageopt.graph.block import arch_of
 from stageopt.graph.symbols import symbol_values
-from stageopt.memory import shard_degrees, stage_params
 from stageopt.parallel.ranks import group_size
 from stageopt.parallel.schedule import Step, stage_order
 from stageopt.program.block_ops import BlockOps, OpShape, block_ops
 from stageopt.program.nodes import COLL, COMP, NEXT, PREV, RECV, SEND, ProgramNode, StageProgram
 from stageopt.program.params import BlockParams, block_params, ceil_div
-from stageopt.stage_stats import OPTIMIZER_FLOPS_PER_PARAM
 from stageopt.workload import Chunk, Workload
+from stageopt.workload.memory import shard_degrees, stage_params
+from stageopt.workload.stats import OPTIMIZER_FLOPS_PER_PARAM
 
 BUCKETS = ("layer", "chunk", "stage")
 MAX_TAG = 500_000_000  # ASTRA-sim numbers its collective streams from here; message tags stay below

@@ -25,8 +25,8 @@ def make_simulator(name: str, *, astra_sim: str | None = None, timeout_s: float 
 
         return ReplaySimulator()
     if name == "astra-sim":
-        from stageopt.sim.astrasim import AstraSimSimulator
-        from stageopt.sim.astrasim_runner import find_astra_sim
+        from stageopt.astrasim.runner import find_astra_sim
+        from stageopt.sim.astrasim_backend import AstraSimSimulator
 
         find_astra_sim(astra_sim)  # a missing binary is a usage error now, not a failed trial per plan
         return AstraSimSimulator(binary=astra_sim, timeout_s=timeout_s)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from stageopt.errors import InfeasiblePlan
 from stageopt.hardware import Hardware, apply_hw_overrides, load_hardware
+from stageopt.parallel.feasibility import validate_plan
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.validate import validate_plan
-from stageopt.search.space import HW_SET_KEYS, SearchSpace, Value
+from stageopt.search.dimensions import HW_SET_KEYS, Value
+from stageopt.search.space import SearchSpace
 
 
 @dataclass(frozen=True, slots=True)

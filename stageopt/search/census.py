@@ -21,9 +21,10 @@ import numpy as np
 
 from stageopt.errors import ConfigError, StageoptError
 from stageopt.search.candidate import Candidate, HardwareCatalog, make_candidate
+from stageopt.search.dimensions import Value
 from stageopt.search.executors import analytical_estimates
 from stageopt.search.objective import OK, Objective, Outcome, estimate_outcome
-from stageopt.search.space import SearchSpace, Value
+from stageopt.search.space import SearchSpace
 
 MAX_ENUMERATE = 400_000
 

@@ -32,11 +32,11 @@ from stageopt.errors import StageoptError
 from stageopt.search.cache import RESULT_ATTR, ResultCache, stored_result
 from stageopt.search.candidate import Candidate, HardwareCatalog, make_candidate
 from stageopt.search.census import Census, pareto_ranks
+from stageopt.search.dimensions import Value
 from stageopt.search.executors import RayExecutor, analytical_estimates
-from stageopt.search.objective import (FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome,
-                                       invalid_outcome)
+from stageopt.search.objective import FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
 from stageopt.search.refine import neighbours
-from stageopt.search.space import SearchSpace, Value, encode_choices
+from stageopt.search.space import SearchSpace, encode_choices
 from stageopt.search.storage import CrashSafeJournal
 from stageopt.sim.base import Estimate
 

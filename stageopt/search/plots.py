@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
@@ -20,8 +20,14 @@ from optuna.trial import TrialState
 from stageopt.search.cache import RESULT_ATTR
 from stageopt.search.objective import OK, Objective, Outcome
 
-if TYPE_CHECKING:
-    from stageopt.search.report import ReportFiles
+
+@dataclass
+class ReportFiles:
+    """Paths written and notes (skipped plots) of one report, for the files: line."""
+
+    written: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
 
 
 def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -30,7 +36,7 @@ def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def write_plots(study: optuna.Study, run_dir: Path, objectives: tuple[Objective, ...], backend: str,
-                best: Sequence[Outcome], files: "ReportFiles") -> None:
+                best: Sequence[Outcome], files: ReportFiles) -> None:
     try:
         import matplotlib
 
@@ -105,7 +111,7 @@ def _feasible_study(name: str, trials: list[optuna.trial.FrozenTrial], objective
 
 
 def _importance(plt, name: str, trials: list[optuna.trial.FrozenTrial], objectives: tuple[Objective, ...],
-                files: "ReportFiles"):
+                files: ReportFiles):
     if len(trials) < 4 or not any(len(t.params) for t in trials):
         files.notes.append("importance plot skipped: fewer than 4 feasible trials or no searched parameter")
         return None
@@ -149,7 +155,7 @@ def _breakdown(plt, best: Outcome):
 
 
 def _html(study: optuna.Study, run_dir: Path, trials: list[optuna.trial.FrozenTrial],
-          objectives: tuple[Objective, ...], files: "ReportFiles") -> None:
+          objectives: tuple[Objective, ...], files: ReportFiles) -> None:
     try:
         import plotly  # noqa: F401
     except ImportError:

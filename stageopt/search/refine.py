@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from stageopt.search.space import SearchSpace, Value
+from stageopt.search.dimensions import Value
+from stageopt.search.space import SearchSpace
 
 COUPLED = (("schedule", "vpp"), ("pp", "vpp"), ("tp", "cp"), ("tp", "pp"))
 

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from stageopt.errors import ConfigError
+from stageopt.hardware.schema import load_yaml_mapping
 from stageopt.parallel.plan import Plan
 from stageopt.search.backends import make_simulator
 from stageopt.search.cache import ResultCache
@@ -26,9 +27,8 @@ from stageopt.search.driver import LoopConfig, LoopStats, SearchLoop
 from stageopt.search.executors import RayExecutor
 from stageopt.search.objective import Objective, objectives_for
 from stageopt.search.samplers import make_sampler
-from stageopt.search.space import encode_choices, SearchSpace, check_objectives, resolve_space_path, space_from_dict
+from stageopt.search.space import SearchSpace, check_objectives, encode_choices, resolve_space_path, space_from_dict
 from stageopt.search.storage import check_study_name, fail_running, make_storage, study_exists
-from stageopt.hardware_schema import load_yaml_mapping
 
 META_ATTR = "stageopt"
 

@@ -21,14 +21,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block, compile_op_table
-from stageopt.graph.program import arch_of
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.memory import GIB, OPTIMIZER_BYTES
+from stageopt.hardware.network import collective_time, flat_scaleout_time, p2p_time
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
-from stageopt.sim.network_model import collective_time, flat_scaleout_time, p2p_time
+from stageopt.workload.memory import GIB, OPTIMIZER_BYTES
 
 FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero")
 SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2}

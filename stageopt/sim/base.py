@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from stageopt.hardware import Hardware
 from stageopt.workload import Workload
+from stageopt.workload.stats import all_stage_stats
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,26 @@ class Simulator(abc.ABC):
     @abc.abstractmethod
     def evaluate(self, work: Workload, hw: Hardware) -> Estimate:
         """Estimate one iteration of ``work`` on ``hw``."""
+
+
+def estimate_from_times(work: Workload, hw: Hardware, backend: str, iteration_s: float,
+                        exposed_comm_s: float, details: dict | None = None) -> Estimate:
+    """An Estimate from a measured iteration time, with FLOP rates and memory from the graph."""
+    plan = work.plan
+    stats = all_stage_stats(work)
+    ranks = plan.dp * plan.tp * plan.cp
+    model_flops = sum(s.flops["fwd"] + s.flops["bwd"] for s in stats) * ranks
+    hardware_flops = model_flops + sum(s.flops["recompute"] for s in stats) * ranks
+    memory = max((s.memory for s in stats), key=lambda m: m.total)
+    gib = memory.gib()
+    total = gib.pop("total")
+    model_tflops = model_flops / (iteration_s * plan.gpus) / 1e12
+    return Estimate(
+        backend=backend, iteration_time_s=iteration_s,
+        tokens_per_s=plan.gbs * work.model.seq / iteration_s,
+        model_tflops_per_gpu=model_tflops,
+        hardware_tflops_per_gpu=hardware_flops / (iteration_s * plan.gpus) / 1e12,
+        mfu=model_tflops / hw.gpu.peak(plan.dtype),
+        peak_memory_gib=total, memory_breakdown_gib=gib,
+        time_breakdown_s={"compute": iteration_s - exposed_comm_s, "exposed_comm": exposed_comm_s},
+        fits_memory=total <= hw.gpu.hbm_gib, details=details or {})

@@ -3,7 +3,7 @@
 It runs exactly the programs ``stageopt generate`` writes (same schedule, same
 dependencies, same collectives), one representative rank per stage, with the
 hardware model's kernel times (the same per-kernel model as the analytical
-backend) and hierarchical collective times (:mod:`stageopt.sim.network_model`).
+backend) and hierarchical collective times (:mod:`stageopt.hardware.network`).
 Cost does not grow with data-parallel size.
 """
 
@@ -12,15 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.hardware import Hardware
+from stageopt.hardware.network import collective_time, flat_scaleout_time, p2p_time
 from stageopt.parallel.ranks import group_stride
 from stageopt.program import ProgramOptions, StageProgram, build_programs
 from stageopt.program.nodes import COLL, COMP, SEND
-from stageopt.sim.astrasim import estimate_from_times
-from stageopt.sim.base import Estimate, Simulator
-from stageopt.sim.network_model import collective_time, flat_scaleout_time, p2p_time
+from stageopt.sim.base import Estimate, Simulator, estimate_from_times
 from stageopt.sim.stage_replay import replay_stages
 from stageopt.workload import Workload
-
 
 KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3}
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stageopt.errors import SimulatorError
-from stageopt.program.nodes import COLL, COMP, NEXT, RECV, SEND, StageProgram
+from stageopt.program.nodes import COMP, NEXT, RECV, SEND, StageProgram
 
 BACKGROUND_PHASES = ("dp",)
 

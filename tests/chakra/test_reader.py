@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from stageopt.chakra import CommType, NodeType, node_attrs, read_comm_groups, read_trace
-from stageopt.chakra.schema import ATTR_FIELD_NUMBERS
+from stageopt.chakra.et_schema import ATTR_FIELD_NUMBERS
 from stageopt.errors import ConfigError
+
 from .conftest import MICROBENCH_SETS, STAGE_SETS
 from .wire import node_summary, records
 

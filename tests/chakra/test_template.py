@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from stageopt.chakra import CommType, NodeType, TraceTemplate, encode_trace, make_node, node_attrs, read_trace, write_trace
+from stageopt.chakra import (
+    CommType,
+    NodeType,
+    TraceTemplate,
+    encode_trace,
+    make_node,
+    node_attrs,
+    read_trace,
+    write_trace,
+)
 from stageopt.errors import ConfigError
 
 

@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 
 from stageopt.chakra import (
-    CommType, NodeType, TraceTemplate, make_node, validate_trace_dir, write_comm_groups, write_trace,
+    CommType,
+    NodeType,
+    TraceTemplate,
+    make_node,
+    validate_trace_dir,
+    write_comm_groups,
+    write_trace,
 )
-from stageopt.commands import validate_trace
+from stageopt.commands import validate_trace_command as validate_trace
 from stageopt.errors import ConfigError
 
 from .conftest import MICROBENCH_SETS, STAGE_SETS

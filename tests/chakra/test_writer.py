@@ -9,10 +9,17 @@ from pathlib import Path
 import pytest
 
 from stageopt.chakra import (
-    CommType, NodeType, encode_trace, make_node, node_attrs, read_comm_groups, read_trace,
-    write_comm_groups, write_trace,
+    CommType,
+    NodeType,
+    encode_trace,
+    make_node,
+    node_attrs,
+    read_comm_groups,
+    read_trace,
+    write_comm_groups,
+    write_trace,
 )
-from stageopt.chakra.schema import ATTR_FIELD_NUMBERS
+from stageopt.chakra.et_schema import ATTR_FIELD_NUMBERS
 from stageopt.errors import ConfigError
 
 from .conftest import MICROBENCH_SETS

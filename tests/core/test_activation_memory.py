@@ -2,8 +2,8 @@
 
 import pytest
 
+from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block
-from stageopt.graph.program import arch_of
 from stageopt.graph.symbols import symbol_values
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan

@@ -4,8 +4,8 @@ import pytest
 
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
-from stageopt.stage_stats import stage_stats
 from stageopt.workload import build_workload
+from stageopt.workload.stats import stage_stats
 
 
 def stats(model, plan_text, stage=0):

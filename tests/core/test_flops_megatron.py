@@ -8,8 +8,8 @@ import pytest
 
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
-from stageopt.stage_stats import all_stage_stats, flops_per_iteration
 from stageopt.workload import build_workload
+from stageopt.workload.stats import all_stage_stats, flops_per_iteration
 
 
 def gpt(layers, hidden, heads, seq=2048, vocab=51200):

@@ -5,10 +5,11 @@ schedule encoded in the dependencies is the one that runs."""
 from __future__ import annotations
 
 import json
+
 import yaml
 
+from stageopt.astrasim.trace_replay import replay_trace_set
 from stageopt.chakra import NodeType, node_attrs, read_trace
-from stageopt.sim.replay_compat import replay_trace_set
 
 from .matrix import LLAMA
 

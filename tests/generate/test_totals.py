@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from stageopt.astrasim.trace_replay import replay_trace_set
 from stageopt.chakra import validate_trace_dir
 from stageopt.parallel.ranks import coords_of, pp_peer
-from stageopt.report import inspect_report
-from stageopt.sim.replay_compat import replay_trace_set
+from stageopt.workload.summary import inspect_report
 
 from .matrix import CASES
 from .readback import expected_collectives, load_groups, rank_totals

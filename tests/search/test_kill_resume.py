@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 
 import optuna
+from conftest import HERE, REPO, run_cli
 from optuna.storages import JournalStorage
 
 from stageopt.search.storage import CrashSafeJournal
-
-from conftest import HERE, REPO, run_cli
 
 
 def _finished(journal: Path, name: str) -> dict[int, tuple]:

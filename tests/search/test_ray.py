@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 import pytest
-
 from conftest import HERE, SMALL, search_json
 
 

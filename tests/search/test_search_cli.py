@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import SMALL, brute_force_small, run_cli, search_json
 
 

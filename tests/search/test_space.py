@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from conftest import SMALL
 
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.search.candidate import HardwareCatalog, make_candidate
-from stageopt.search.space import Dimension, list_spaces, load_space, space_from_dict
-
-from conftest import SMALL
+from stageopt.search.dimensions import Dimension
+from stageopt.search.space import list_spaces, load_space, space_from_dict
 
 
 @pytest.mark.parametrize("name", list_spaces())

@@ -1,16 +1,16 @@
 """The analytical backend: contract, agreement with inspect's memory, closed-form cases."""
 
 import pytest
-
 from contract import SimulatorContract, work
+
 from stageopt.cli import main
 from stageopt.hardware import load_hardware
-from stageopt.memory import peak_memory
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.analytical_batch import evaluate_plans
 from stageopt.workload import build_workload
+from stageopt.workload.memory import peak_memory
 
 
 class TestAnalyticalContract(SimulatorContract):

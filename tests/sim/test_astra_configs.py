@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from stageopt.astrasim.collective_timing import chunking, symmetric_ring_collective_ns
+from stageopt.astrasim.configs import CollectiveAlgo, Topology, read_network_config, read_system_config
 from stageopt.chakra import CommType
 from stageopt.errors import ConfigError
-from stageopt.sim.astra_configs import CollectiveAlgo, Topology, read_network_config, read_system_config
-from stageopt.sim.collectives import chunking, symmetric_ring_collective_ns
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 ASTRA = SHARED / "reference" / "astra-sim"

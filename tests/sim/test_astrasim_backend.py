@@ -1,7 +1,7 @@
 """The astra-sim backend end to end, with a stand-in binary that replays the traces.
 
 The stand-in takes ASTRA-sim's command line, replays the generated trace set with
-``stageopt.sim.replay_compat`` (ASTRA-sim's congestion-unaware semantics) and prints
+``stageopt.astrasim.trace_replay`` (ASTRA-sim's congestion-unaware semantics) and prints
 ASTRA-sim's log lines, so the whole path (generate, run in a temp dir, strict
 parsing, Estimate) is exercised without the real binary.
 """
@@ -17,7 +17,7 @@ from stageopt.cli import main
 STAND_IN = textwrap.dedent("""\
     #!{python}
     import sys
-    from stageopt.sim.replay_compat import replay_trace_set
+    from stageopt.astrasim.trace_replay import replay_trace_set
     args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
     result = replay_trace_set(args["workload-configuration"], args.get("comm-group-configuration"),
                               args["system-configuration"], args["network-configuration"])

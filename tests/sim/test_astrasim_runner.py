@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stageopt.errors import ConfigError
-from stageopt.sim.astrasim_runner import (
+from stageopt.astrasim.runner import (
     ENV_VAR,
     AstraSimCrashed,
     AstraSimKnownExitFault,
@@ -28,6 +27,7 @@ from stageopt.sim.astrasim_runner import (
     run_astra_sim,
     scan_log,
 )
+from stageopt.errors import ConfigError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 REF = SHARED / "reference" / "astra-sim"

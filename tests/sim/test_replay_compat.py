@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stageopt.sim.replay_compat import ReplayResult, replay_trace_set
+from stageopt.astrasim.trace_replay import ReplayResult, replay_trace_set
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 REFERENCE = SHARED / "reference"

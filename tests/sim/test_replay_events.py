@@ -12,11 +12,11 @@ import dataclasses
 
 import pytest
 
+from stageopt.astrasim.configs import AlgoSpec, CollectiveAlgo, NetworkConfig, SchedulingPolicy, SystemConfig, Topology
+from stageopt.astrasim.events import Op, OpKind, Slot
+from stageopt.astrasim.trace_replay import replay_programs, roofline_ns
 from stageopt.chakra import CommType
 from stageopt.errors import ConfigError, SimulatorError
-from stageopt.sim.astra_configs import AlgoSpec, CollectiveAlgo, NetworkConfig, SchedulingPolicy, SystemConfig, Topology
-from stageopt.sim.events import Op, OpKind, Slot
-from stageopt.sim.replay_compat import replay_programs, roofline_ns
 
 RING = (AlgoSpec(CollectiveAlgo.RING),)
 SYSTEM = SystemConfig(

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from contract import SimulatorContract
+
 from stageopt.hardware import load_hardware
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan

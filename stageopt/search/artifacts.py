@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +20,12 @@ from optuna.trial import TrialState
 
 from stageopt.search.cache import RESULT_ATTR, STORED_ONLY
 from stageopt.search.driver import best_outcomes
-from stageopt.search.objective import OK, Objective, Outcome
+from stageopt.search.objective import Objective, Outcome
+from stageopt.search.plots import ReportFiles, write_plots
 
 PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero", "recompute", "sp", "schedule")
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "model_tflops_per_gpu", "peak_memory_gib", "hbm_gib",
                   "usd_per_gpu_hour", "usd_per_mtok")
-
-
-@dataclass
-class ReportFiles:
-    written: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def stored_outcomes(study: optuna.Study) -> list[Outcome]:
@@ -100,7 +94,6 @@ def write_report(study: optuna.Study, run_dir: Path, objectives: tuple[Objective
     (run_dir / "best.json").write_text(json.dumps(best_json(best, objectives, meta), indent=1) + "\n")
     files.written.append(str(run_dir / "best.json"))
     if plots:
-        from stageopt.search.plots import write_plots
 
         write_plots(study, run_dir, objectives, backend, best, files)
     return files

@@ -7,10 +7,10 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from stageopt.graph import blocks
+from stageopt.graph import templates
 from stageopt.graph.autodiff import differentiate
-from stageopt.graph.blocks import Arch
 from stageopt.graph.builder import GraphBuilder
+from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
 
 BLOCK_KINDS = ("embedding", "dense", "moe", "head")
@@ -35,13 +35,13 @@ class BlockGraph:
 def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor]:
     b = GraphBuilder("fwd")
     if kind == "embedding":
-        _tokens, out = blocks.embedding(b, arch)
+        _tokens, out = templates.embedding(b, arch)
         return b, None, out
-    x = blocks.layer_input(arch)
+    x = templates.layer_input(arch)
     if kind == "head":
-        return b, x, blocks.head(b, x, arch)
-    y = blocks.attention(b, x, arch)
-    y = blocks.moe(b, y, arch) if kind == "moe" else blocks.mlp(b, y, arch)
+        return b, x, templates.head(b, x, arch)
+    y = templates.attention(b, x, arch)
+    y = templates.moe(b, y, arch) if kind == "moe" else templates.mlp(b, y, arch)
     return b, x, y
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from stageopt.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
 from stageopt.parallel.ranks import group_size
-from stageopt.workload import Workload
+from stageopt.workload.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
+from stageopt.workload.sharding import Workload
 
 OPTIMIZER_FLOPS_PER_PARAM = 12  # Adam with weight decay, per parameter and step
 

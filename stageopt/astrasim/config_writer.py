@@ -32,7 +32,7 @@ from typing import Any
 
 from stageopt.errors import ConfigError
 from stageopt.hardware import SIMULATORS_DIR, DType, Hardware, Tier
-from stageopt.hardware_collectives import ASTRA_SIM_NAMES, COLLECTIVE_KINDS
+from stageopt.hardware.collectives import ASTRA_SIM_NAMES, COLLECTIVE_KINDS
 
 TEMPLATES_DIR = SIMULATORS_DIR / "astra-sim"
 GIB = 2**30

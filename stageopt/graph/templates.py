@@ -16,7 +16,7 @@ import sympy as sp
 
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.layout import PARTIAL, Layout, Split
-from stageopt.graph.symbols import B, D, E, EP, F, FE, G, H, K, NS, R, S, V
+from stageopt.graph.symbols import EP, FE, NS, B, D, E, F, G, H, K, R, S, V
 from stageopt.graph.tensor import Op, Tensor
 
 ACT = 2  # bytes of a bf16 activation

@@ -8,15 +8,15 @@ reduce-scatter, inter-node all-reduce of 1/n_in of the buffer, intra-node
 all-gather; all-gather and reduce-scatter as one intra- and one inter-node
 phase; all-to-all sends the share of each rank's buffer bound for other nodes
 over the scale-out tier. Each tier uses its own algorithm and α-β cost
-(:mod:`stageopt.hardware_collectives`).
+(:mod:`stageopt.hardware.collectives`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from stageopt.hardware import Hardware, Tier
-from stageopt.hardware_collectives import alpha_beta_terms
+from stageopt.hardware.collectives import alpha_beta_terms
+from stageopt.hardware.machine import Hardware, Tier
 
 
 def _tier_time(tier: Tier, kind: str, size, n):

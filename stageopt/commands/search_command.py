@@ -97,7 +97,7 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stageopt.search.report import render_table, study_best, write_report
+    from stageopt.search.artifacts import render_table, study_best, write_report
     from stageopt.search.session import run_search
 
     bar = ProgressBar(sys.stderr.isatty() and not args.json)

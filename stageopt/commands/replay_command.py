@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from stageopt.sim.replay_compat import replay_trace_set
+from stageopt.astrasim.trace_replay import replay_trace_set
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

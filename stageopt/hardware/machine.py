@@ -9,46 +9,27 @@ bandwidth in GB/s (1e9 bytes/s) per GPU in one direction; latency in µs;
 cost in USD per GPU-hour. Presets live as YAML in ``simulators/hardware/``
 (data, not code), each figure commented with its source.
 
-Public API: :class:`Hardware` (with :class:`Gpu`, :class:`PeakTflops`,
-:class:`Node`, :class:`ScaleOut`, the uniform :class:`Tier` view),
-:func:`load_hardware`, :func:`apply_hw_overrides`, :func:`list_hardware_presets`,
-:func:`hw_override_keys`. Efficiency models are in
-:mod:`stageopt.hardware_efficiency`, collective costs in
-:mod:`stageopt.hardware_collectives`, ASTRA-sim configs in
-:mod:`stageopt.hardware_astrasim`.
+Loading presets and overrides is :mod:`stageopt.hardware.presets`;
+efficiency models are :mod:`stageopt.hardware.efficiency`, collective costs
+:mod:`stageopt.hardware.collectives`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from stageopt.errors import ConfigError
-from stageopt.hardware_collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
-from stageopt.hardware_efficiency import GpuEfficiency
-from stageopt.hardware_schema import (
-    bounds,
-    check_fields,
-    field_paths,
-    from_mapping,
-    is_group,
-    load_yaml_mapping,
-    parse_text,
-    replace_path,
-)
+from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
+from stageopt.hardware.efficiency import GpuEfficiency
+from stageopt.hardware.schema import bounds, check_fields
 
 DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
 
 NodeTopology = Literal["switch", "fully_connected"]
 ScaleOutTopology = Literal["fat_tree", "rail_optimized", "switch"]
-
-SIMULATORS_DIR = Path(__file__).resolve().parents[1] / "simulators"
-PRESETS_DIR = SIMULATORS_DIR / "hardware"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -192,89 +173,3 @@ class Hardware:
         return tuple(Tier(name=name, members=members, bandwidth_gbps=t.bandwidth_gbps,
                           latency_us=t.latency_us, topology=t.topology, collectives=t.collectives)
                      for name, members, t in levels)
-
-
-# ----------------------------------------------------------------------------- loading
-
-
-def list_hardware_presets() -> list[str]:
-    """Names of the YAML presets shipped in ``simulators/hardware/``."""
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
-
-
-def hardware_from_dict(data: Mapping[str, object], where: str = "hardware") -> Hardware:
-    """Build a :class:`Hardware` from a parsed mapping, strictly (see hardware_schema)."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of hardware keys, got {type(data).__name__}")
-    return from_mapping(Hardware, data, where)
-
-
-def load_hardware(name_or_path: str | Path) -> Hardware:
-    """Load a preset by name (``h100-sxm``) or a YAML file by path."""
-    text = str(name_or_path)
-    is_file = isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")) or "/" in text
-    if is_file:
-        path = Path(text).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"hardware file {text!r} not found; give an existing .yaml file or a preset name "
-                              f"({', '.join(list_hardware_presets())})")
-    else:
-        path = PRESETS_DIR / f"{text}.yaml"
-        if not path.is_file():
-            known = list_hardware_presets()
-            close = difflib.get_close_matches(text, known, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(f"unknown hardware preset {text!r}; {hint}known presets: {', '.join(known)} "
-                              f"(or pass a path to a .yaml file)")
-    return hardware_from_dict(load_yaml_mapping(path), where=path.name)
-
-
-def hw_override_keys() -> list[str]:
-    """Every dotted key ``--hw-set`` accepts (scalars, plus ``gpu.peak_tflops``)."""
-    keys = [p for p, tp in field_paths(Hardware) if not is_group(tp)]
-    return sorted(keys + ["gpu.peak_tflops"])
-
-
-def apply_hw_overrides(hw: Hardware, overrides: Iterable[str]) -> Hardware:
-    """Return ``hw`` with each ``"dotted.key=value"`` applied, left to right.
-
-    Any scalar field is settable by its dotted path (``node.bandwidth_gbps=900``,
-    ``gpu.efficiency.matmul.peak_fraction=0.7``, ``gpu.peak_tflops.fp8=2000``).
-    ``gpu.peak_tflops=X`` sets the bf16 peak to X and scales every other dtype
-    by the same factor. Each result is re-validated.
-    """
-    paths = dict(field_paths(Hardware))
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--hw-set {item!r} is not key=value; write e.g. --hw-set node.bandwidth_gbps=900")
-        if key == "gpu.peak_tflops":
-            target = float(parse_text(float, raw, key))  # type: ignore[arg-type]
-            try:
-                hw = replace_path(hw, ["gpu", "peak_tflops"], hw.gpu.peak_tflops.scaled(target / hw.gpu.peak_tflops.bf16))
-            except ConfigError as err:
-                raise ConfigError(f"--hw-set {item}: {err}") from None
-            continue
-        if key not in paths:
-            close = difflib.get_close_matches(key, hw_override_keys(), n=1, cutoff=0.5)
-            hint = f"did you mean '{close[0]}'?" if close else "see stageopt.hardware.hw_override_keys()"
-            raise ConfigError(f"--hw-set key '{key}' is not a hardware field; {hint}")
-        tp = paths[key]
-        if is_group(tp):
-            subkeys = [k for k in hw_override_keys() if k.startswith(key + ".")]
-            raise ConfigError(f"--hw-set key '{key}' is a group, not a value; set one of {', '.join(subkeys)}")
-        value = parse_text(tp, raw, key)
-        try:
-            hw = _replace_creating(hw, key.split("."), value)
-        except ConfigError as err:
-            raise ConfigError(f"--hw-set {item}: {err}") from None
-    return hw
-
-
-def _replace_creating(hw: Hardware, path: list[str], value: object) -> Hardware:
-    """replace_path, except that an absent optional tier (``interpod``) cannot be half-set."""
-    if path[0] == "interpod" and hw.interpod is None and len(path) > 1:
-        raise ConfigError("interpod is not defined in this hardware; add an interpod section to a YAML "
-                          "file (bandwidth_gbps, latency_us) instead of setting one field")
-    return replace_path(hw, path, value)

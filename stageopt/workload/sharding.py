@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from stageopt.graph.block import arch_of
 from stageopt.graph.compile import CompiledBlock, compile_block
-from stageopt.graph.program import arch_of
 from stageopt.graph.symbols import symbol_values
 from stageopt.model.spec import ModelSpec
+from stageopt.parallel.feasibility import validate_plan
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.validate import validate_plan
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from stageopt.errors import ConfigError
@@ -23,8 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import optuna
 
+    from stageopt.search.artifacts import render_table, study_best, write_report
     from stageopt.search.objective import objectives_for
-    from stageopt.search.report import render_table, study_best, write_report
     from stageopt.search.session import META_ATTR
     from stageopt.search.storage import JOURNAL_NAME, make_storage, study_exists
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from stageopt.commands._common import add_hardware_args, add_model_plan_args, hardware_from_args, workload_from_args
+from stageopt.commands.arguments import add_hardware_args, add_model_plan_args, hardware_from_args, workload_from_args
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.base import Estimate, Simulator
 
@@ -14,7 +14,7 @@ BACKENDS = ("analytical", "replay", "astra-sim")
 
 def make_simulator(args: argparse.Namespace) -> Simulator:
     if args.backend == "astra-sim":
-        from stageopt.sim.astrasim import AstraSimSimulator
+        from stageopt.sim.astrasim_backend import AstraSimSimulator
 
         return AstraSimSimulator(binary=args.astra_sim, timeout_s=args.timeout)
     if args.backend == "replay":

@@ -1,8 +1,8 @@
 """Replay a Chakra trace set exactly as ASTRA-sim's analytical backend would time it.
 
 Glue only: read ``PREFIX.<rank>.et`` for every rank, turn each node into an
-:class:`~stageopt.sim.events.Op` (computing roofline times here, as ASTRA-sim's
-workload layer does at issue time), run :mod:`stageopt.sim.events`, and report
+:class:`~stageopt.astrasim.events.Op` (computing roofline times here, as ASTRA-sim's
+workload layer does at issue time), run :mod:`stageopt.astrasim.events`, and report
 per rank what ASTRA-sim prints: ``sys[R] finished, T cycles, exposed
 communication E cycles.`` with E = T - GPU compute time.
 """
@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stageopt.astrasim.collective_timing import SIMULATED_TYPES
+from stageopt.astrasim.configs import NetworkConfig, SystemConfig, read_network_config, read_system_config
+from stageopt.astrasim.events import simulate
+from stageopt.astrasim.records import Op, OpKind, Slot
 from stageopt.chakra import CommType, NodeType, node_attrs, read_comm_groups, read_trace
 from stageopt.errors import ConfigError, SimulatorError
-from stageopt.sim.astra_configs import NetworkConfig, SystemConfig, read_network_config, read_system_config
-from stageopt.sim.collectives import SIMULATED_TYPES
-from stageopt.sim.events import Op, OpKind, Slot, simulate
 
 
 @dataclass(frozen=True, slots=True)

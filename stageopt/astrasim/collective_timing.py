@@ -1,7 +1,7 @@
 """Collective timing as ASTRA-sim's system layer models it (pure functions).
 
 Shared by the event replay (which drives the per-message state machines in
-:mod:`stageopt.sim.events` with these numbers) and by closed-form models that
+:mod:`stageopt.astrasim.events` with these numbers) and by closed-form models that
 need the same answers without simulating messages.
 
 How ASTRA-sim (commit 518bd51, analytical congestion-unaware backend) times a
@@ -36,9 +36,9 @@ import math
 from dataclasses import dataclass
 from enum import IntEnum
 
+from stageopt.astrasim.configs import AlgoSpec, CollectiveAlgo, NetworkConfig, SystemConfig, Topology
 from stageopt.chakra import CommType
 from stageopt.errors import ConfigError
-from stageopt.sim.astra_configs import AlgoSpec, CollectiveAlgo, NetworkConfig, SystemConfig, Topology
 
 GIB = 1 << 30
 SUBGROUP_ENDPOINT_DELAY_NS = 10  # MemBus "Fast" transmission used by Local rings

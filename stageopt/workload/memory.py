@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
-from stageopt.workload import Workload
+from stageopt.workload.sharding import Workload
 
 GIB = 2**30
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v

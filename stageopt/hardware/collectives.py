@@ -26,9 +26,10 @@ Conventions, for ``n`` ranks, ``S`` bytes, per-step latency α (the tier's
 
 from __future__ import annotations
 
-import numpy as np
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 from stageopt.errors import ConfigError
 

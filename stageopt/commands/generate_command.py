@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from stageopt.commands._common import add_model_plan_args, workload_from_args
+from stageopt.commands.arguments import add_model_plan_args, workload_from_args
 from stageopt.hardware import apply_hw_overrides, load_hardware
 from stageopt.program import BUCKETS, ProgramOptions
 from stageopt.program.generate import generate, parse_ranks
