@@ -106,22 +106,28 @@ def as_array(x: object) -> np.ndarray:
     return np.asarray(x, dtype=float)
 
 
-KIND_CODE = {"matmul": 0, "attention": 1, "vector": 2}
 PHASE_CODE = {"fwd": 0, "bwd": 1, "recompute": 2}
+
+
+def kernel_name(op: Op) -> str:
+    """The kernel family a time model prices an op as: matmul, attention, attention_causal or vector."""
+    if op.kind == "attention" and op.attrs.get("causal"):
+        return "attention_causal"
+    return op.kind
 
 
 @dataclass(frozen=True)
 class OpTable:
     """Per-op FLOPs and bytes of one block's compute ops, for kernel-level time models.
 
-    ``kinds`` uses KIND_CODE, ``phases`` PHASE_CODE; ``fn`` returns 2n values:
-    n FLOP counts (tensor FLOPs for matmul/attention, vector FLOPs otherwise)
-    then n byte counts, per rank and micro-batch.
+    ``kernels`` names each op's kernel family (:func:`kernel_name`), ``phases``
+    uses PHASE_CODE; ``fn`` returns 2n values: n FLOP counts (tensor FLOPs for
+    matmul/attention, vector FLOPs otherwise) then n byte counts, per rank and
+    micro-batch.
     """
 
-    kinds: np.ndarray
+    kernels: tuple[str, ...]
     phases: np.ndarray
-    causal: np.ndarray
     fn: Callable[..., list]
 
     def evaluate(self, values: dict[str, object], size: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -138,6 +144,5 @@ def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
     flops = [op.flops if op.kind != "vector" else op.vector_flops for op in ops]
     nbytes = [op.bytes_read + op.bytes_written for op in ops]
     fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes, modules="numpy", cse=False)
-    return OpTable(kinds=np.array([KIND_CODE[op.kind] for op in ops], dtype=int),
-                   phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int),
-                   causal=np.array([bool(op.attrs.get("causal")) for op in ops]), fn=fn)
+    return OpTable(kernels=tuple(kernel_name(op) for op in ops),
+                   phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int), fn=fn)

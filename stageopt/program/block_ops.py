@@ -24,6 +24,7 @@ import numpy as np
 import sympy as sp
 
 from stageopt.graph.block import BlockGraph, build_block
+from stageopt.graph.compile import kernel_name
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
@@ -78,8 +79,7 @@ def _shape(op: Op, phase: str, index: int) -> OpShape:
     groups = tuple(sorted({t.param_group for t in op.inputs if t.role == "weight"}))
     outputs = tuple(t.uid for t in op.outputs)
     if op.kind in COMPUTE_KINDS:
-        kernel = "attention_causal" if op.kind == "attention" and op.attrs.get("causal") else op.kind
-        return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel)
+        return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel_name(op))
     if op.kind == "comm" and op.collective is not None:
         c = op.collective
         return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index)

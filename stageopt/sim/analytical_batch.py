@@ -25,6 +25,7 @@ from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block, compile_op_table
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
+from stageopt.hardware.kernels import KERNEL_CODES, kernel_seconds
 from stageopt.hardware.network import collective_time, flat_scaleout_time, p2p_time
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
@@ -66,17 +67,8 @@ def _block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nd
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
     flops, nbytes = table.evaluate(values, n)
-    gpu, eff = hw.gpu, hw.gpu.efficiency
-    peak = gpu.peak(proto.dtype) * 1e12
-    memory = nbytes / (gpu.hbm_gbps * 1e9 * eff.memory_fraction)
-    mm = eff.matmul
-    matmul = np.maximum(mm.overhead_us * 1e-6 + flops / (mm.peak_fraction * peak), mm.overhead_us * 1e-6 + memory)
-    attn_flops = flops * np.where(table.causal, 0.5, 1.0)[:, None]
-    fwd_k, bwd_k = eff.attention_forward, eff.attention_backward
-    attention = np.where((table.phases == 1)[:, None],
-                         bwd_k.overhead_us * 1e-6 + attn_flops / (bwd_k.peak_fraction * peak),
-                         fwd_k.overhead_us * 1e-6 + attn_flops / (fwd_k.peak_fraction * peak))
-    times = np.where((table.kinds == 0)[:, None], matmul, np.where((table.kinds == 1)[:, None], attention, memory))
+    codes = np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None]
+    times = kernel_seconds(hw, proto.dtype, codes, flops, nbytes, (table.phases == 1)[:, None])
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
     degree = {"tp": c["tp"], "cp": c["cp"], "ep": c["ep"]}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.hardware import Hardware
+from stageopt.hardware.kernels import KERNEL_CODES, kernel_seconds
 from stageopt.hardware.network import collective_time, flat_scaleout_time, p2p_time
 from stageopt.parallel.ranks import group_stride
 from stageopt.program import ProgramOptions, StageProgram, build_programs
@@ -19,26 +20,6 @@ from stageopt.program.nodes import COLL, COMP, SEND
 from stageopt.sim.base import Estimate, Simulator, estimate_from_times
 from stageopt.sim.stage_replay import replay_stages
 from stageopt.workload import Workload
-
-KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3}
-
-
-def kernel_seconds(hw: Hardware, dtype: str, kernel: np.ndarray, num_ops: np.ndarray, nbytes: np.ndarray,
-                   backward: np.ndarray) -> np.ndarray:
-    """Kernel times (vectorized): tensor-core time with overhead, or HBM time, whichever is slower.
-
-    ``kernel`` holds KERNEL_CODES; causal flash attention skips the masked half of the scores.
-    """
-    gpu, eff = hw.gpu, hw.gpu.efficiency
-    peak = gpu.peak(dtype) * 1e12
-    memory = nbytes / (gpu.hbm_gbps * 1e9 * eff.memory_fraction)
-    mm = eff.matmul
-    matmul = np.maximum(mm.overhead_us * 1e-6 + num_ops / (mm.peak_fraction * peak), mm.overhead_us * 1e-6 + memory)
-    fwd, bwd = eff.attention_forward, eff.attention_backward
-    flops = num_ops * np.where(kernel == 2, 0.5, 1.0)
-    attention = np.where(backward, bwd.overhead_us * 1e-6 + flops / (bwd.peak_fraction * peak),
-                         fwd.overhead_us * 1e-6 + flops / (fwd.peak_fraction * peak))
-    return np.where(kernel == 3, memory, np.where(kernel == 0, matmul, attention))
 
 
 def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.ndarray:
