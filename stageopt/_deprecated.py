@@ -15,7 +15,6 @@ import sys
 import warnings
 
 MOVED: dict[str, str] = {
-    "stageopt.hardware_schema": "stageopt.hardware.schema",
     "stageopt.hardware_efficiency": "stageopt.hardware.efficiency",
     "stageopt.hardware_collectives": "stageopt.hardware.collectives",
     "stageopt.hardware_astrasim": "stageopt.astrasim.config_writer",
@@ -33,7 +32,6 @@ MOVED: dict[str, str] = {
     "stageopt.sim.events": "stageopt.astrasim.events",
     "stageopt.sim.replay_compat": "stageopt.astrasim.trace_replay",
     "stageopt.search.report": "stageopt.search.artifacts",
-    "stageopt.hardware.spec": "stageopt.hardware.machine",
     "stageopt.chakra.schema": "stageopt.chakra.et_schema",
     "stageopt.commands._common": "stageopt.commands.arguments",
     "stageopt.commands.inspect": "stageopt.commands.inspect_command",

@@ -1,7 +1,7 @@
 """Activation memory per GPT layer: stageopt's graph vs Korthikanti et al. 2022 (Table 2 formulas).
 
 For the paper's four models (22B, 175B, 530B, 1T; t=8, s=2048, micro-batch 1, fp16 with
-dropout, eager attention) and each of its five configurations, compares the bytes the graph
+dropout, eager attention: the megatron-lm-2021 framework profile) and each of its five configurations, compares the bytes the graph
 saves for backward with the closed form. Writes memory_korthikanti.csv and .png.
 Run: python experiments/validation/memory_korthikanti.py
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from stageopt.frameworks import load_profile
 from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block
 from stageopt.graph.symbols import symbol_values
@@ -35,9 +36,8 @@ def main() -> None:
     for name, (layers, hidden, heads) in MODELS.items():
         model = load_model("gpt3-175b", [f"layers={layers}", f"hidden={hidden}", f"heads={heads}",
                                          f"kv_heads={heads}", f"ffn={4 * hidden}", f"seq={S}"])
-        model = model.replace(attention="eager", dropout=True)
         for config, (plan_text, formula) in CONFIGS.items():
-            plan = Plan.parse(f"{plan_text} mbs={B}")
+            plan = Plan.parse(f"{plan_text} mbs={B}", framework=load_profile("megatron-lm-2021"))
             block = compile_block("dense", arch_of(model, plan), plan.recompute)
             got = float(block.evaluate(symbol_values(model, plan))["saved_bytes"])
             want = formula(hidden, heads)

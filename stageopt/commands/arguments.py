@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from stageopt.frameworks import load_profile
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
 from stageopt.workload import Workload, build_workload
@@ -16,11 +17,15 @@ def add_model_plan_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", required=True,
                         help='e.g. "tp=8 pp=4 dp=32 mbs=1 gbs=1536 zero=1 recompute=full sp=on"')
     parser.add_argument("--gpus", type=int, help="GPU count; dp is derived from it when the plan omits dp")
+    parser.add_argument("--framework", metavar="NAME|FILE",
+                        help="software stack the plan runs on: a profile from 'stageopt presets' or a YAML file "
+                             "(default megatron-core); plan knobs (sp, tp_overlap, dp_overlap, zero) override it")
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
     model = load_model(args.model, args.model_set)
-    plan = Plan.parse(args.plan, gpus=args.gpus)
+    framework = load_profile(args.framework) if args.framework else None
+    plan = Plan.parse(args.plan, gpus=args.gpus, framework=framework)
     return build_workload(model, plan, args.gpus)
 
 

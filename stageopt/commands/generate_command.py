@@ -32,9 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ranks", default=None, metavar="LIST",
                    help="write only these ranks, e.g. 0-7,12 (default: all); configs still cover every rank")
     p.add_argument("--prefix", default="workload", help="trace file prefix (default: workload)")
-    p.add_argument("--dp-bucket", choices=BUCKETS, default="layer",
-                   help="gradient-sync bucket: one per layer (default), per model chunk, or one per stage "
-                        "after the last backward; plan dp_overlap=off implies 'stage'")
+    p.add_argument("--dp-bucket", choices=BUCKETS, default=None,
+                   help="gradient-sync bucket: one per layer, per model chunk, or one per stage after the last "
+                        "backward (default: the framework's); plan dp_overlap=off implies 'stage'")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help=f"progress bar on stderr (auto: on a terminal with >= {PROGRESS_MIN_RANKS} ranks)")
     p.set_defaults(run=run)

@@ -1,14 +1,16 @@
-"""``stageopt presets``: list the model and hardware presets that ship."""
+"""``stageopt presets``: list the model, hardware and framework presets that ship."""
 
 from __future__ import annotations
 
 import argparse
 
+from stageopt.frameworks import DEFAULT_FRAMEWORK, list_profiles, load_profile
+from stageopt.hardware import list_hardware_presets
 from stageopt.model import list_model_presets, load_model
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("presets", help="list model and hardware presets")
+    p = sub.add_parser("presets", help="list model, hardware and framework presets")
     p.set_defaults(run=run)
 
 
@@ -18,11 +20,10 @@ def run(args: argparse.Namespace) -> int:
         m = load_model(name)
         moe = f", {m.experts} experts top-{m.top_k}" if m.is_moe else ""
         print(f"  {name:<15} {m.family:<6} layers={m.layers} hidden={m.hidden} heads={m.heads}/{m.kv_heads}{moe}")
-    try:
-        from stageopt.hardware import list_hardware_presets
-    except ImportError:  # hardware model not installed in this checkout
-        return 0
     print("hardware:")
     for name in list_hardware_presets():
         print(f"  {name}")
+    print(f"frameworks (default {DEFAULT_FRAMEWORK}):")
+    for name in list_profiles():
+        print(f"  {name:<19} {load_profile(name).description}")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from stageopt.commands.arguments import add_hardware_args, add_model_plan_args, hardware_from_args, workload_from_args
+from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.base import Estimate, Simulator
 
@@ -36,8 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def render(est: Estimate) -> str:
-    lines = [f"iteration time   {est.iteration_time_s:10.3f} s      tokens/s {est.tokens_per_s:,.0f}",
+def render(est: Estimate, plan: Plan) -> str:
+    lines = [f"plan: {plan}",
+             f"iteration time   {est.iteration_time_s:10.3f} s      tokens/s {est.tokens_per_s:,.0f}",
              f"model TFLOP/s/GPU {est.model_tflops_per_gpu:9.1f}        MFU {est.mfu:.1%}"
              f"   (with recompute {est.hardware_tflops_per_gpu:.1f})",
              f"peak memory      {est.peak_memory_gib:10.2f} GiB    {'fits' if est.fits_memory else 'DOES NOT FIT'}",
@@ -52,5 +54,8 @@ def run(args: argparse.Namespace) -> int:
     work = workload_from_args(args)
     hw = hardware_from_args(args)
     est = make_simulator(args).evaluate(work, hw)
-    print(json.dumps(est.to_json(), indent=1) if args.json else render(est))
+    if args.json:
+        print(json.dumps({"plan": str(work.plan), "framework": work.plan.framework.name, **est.to_json()}, indent=1))
+    else:
+        print(render(est, work.plan))
     return 0

@@ -94,6 +94,10 @@ def _unconverted(fwd: GraphBuilder, t: Tensor) -> Tensor:
 
 
 def arch_of(model, plan) -> Arch:
-    return Arch(norm=model.norm, activation=model.activation, attention=model.attention,
-                position=model.position, bias=model.bias, dropout=model.dropout,
+    """The structural choices of a block: the model's, with the stack's attention kernel and dropout."""
+    stack = plan.framework
+    attention = stack.attention if stack.attention is not None else model.attention
+    dropout = stack.dropout if stack.dropout is not None else model.dropout
+    return Arch(norm=model.norm, activation=model.activation, attention=attention,
+                position=model.position, bias=model.bias, dropout=dropout,
                 tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp)

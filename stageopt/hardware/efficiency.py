@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from stageopt.hardware.schema import bounds, check_fields
+from stageopt.inputs.schema import bounds, check_fields
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Literal
 from stageopt.errors import ConfigError
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
 from stageopt.hardware.efficiency import GpuEfficiency
-from stageopt.hardware.schema import bounds, check_fields
+from stageopt.inputs.schema import bounds, check_fields
 
 DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from stageopt.errors import ConfigError
 from stageopt.hardware.machine import Hardware
-from stageopt.hardware.schema import field_paths, from_mapping, is_group, load_yaml_mapping, parse_text, replace_path
+from stageopt.inputs.schema import field_paths, from_mapping, is_group, load_yaml_mapping, parse_text, replace_path
 
 SIMULATORS_DIR = Path(__file__).resolve().parents[2] / "simulators"
 PRESETS_DIR = SIMULATORS_DIR / "hardware"
@@ -24,7 +24,7 @@ def list_hardware_presets() -> list[str]:
 
 
 def hardware_from_dict(data: Mapping[str, object], where: str = "hardware") -> Hardware:
-    """Build a :class:`Hardware` from a parsed mapping, strictly (see :mod:`stageopt.hardware.schema`)."""
+    """Build a :class:`Hardware` from a parsed mapping, strictly (see :mod:`stageopt.inputs.schema`)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of hardware keys, got {type(data).__name__}")
     return from_mapping(Hardware, data, where)

@@ -13,6 +13,10 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
         raise InfeasiblePlan(
             f"plan: dp*tp*cp*pp = {plan.dp}*{plan.tp}*{plan.cp}*{plan.pp} = {plan.gpus} "
             f"but gpus={gpus}; drop dp from the plan to derive it, or fix the degrees")
+    stack = plan.framework
+    if plan.pp > 1 and plan.schedule not in stack.schedules:
+        raise InfeasiblePlan(f"plan: schedule={plan.schedule} is not implemented by framework {stack.name} "
+                             f"(it runs {', '.join(stack.schedules)}); choose one of those or another --framework")
     _divides(plan.tp, "tp", model.heads, "heads")
     _divides(plan.tp, "tp", model.kv_heads, "kv_heads")
     _divides(plan.tp, "tp", model.ffn, "ffn")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stageopt.errors import InfeasiblePlan
+from stageopt.frameworks import FrameworkProfile, load_profile
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -21,13 +22,17 @@ DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
-    """Degrees of every parallel axis plus batch, memory and schedule choices.
+    """Degrees of every parallel axis plus batch, memory and schedule choices, on one software stack.
 
-    ``dp_overlap`` overlaps gradient reduction with backward; ``tp_overlap``
-    pipelines TP collectives with the GEMMs next to them (Megatron-Core's
-    userbuffer overlap). ``dp`` counts data-parallel replicas; ``ep`` experts are split across a
-    factor of ``dp`` (expert data parallelism is ``dp / ep``). ``vpp`` is the
-    number of virtual pipeline chunks per stage (interleaved 1F1B).
+    ``framework`` is the stack the plan runs on (:class:`FrameworkProfile`,
+    default ``megatron-core``). ``sp``, ``zero``, ``dp_overlap`` and
+    ``tp_overlap`` left as ``None`` take the stack's default; a value given
+    here overrides it. ``dp_overlap`` overlaps gradient reduction with
+    backward; ``tp_overlap`` pipelines TP collectives with the GEMMs next to
+    them (Megatron-Core's userbuffer overlap). ``dp`` counts data-parallel
+    replicas; ``ep`` experts are split across a factor of ``dp`` (expert data
+    parallelism is ``dp / ep``). ``vpp`` is the number of virtual pipeline
+    chunks per stage (interleaved 1F1B).
     """
 
     dp: int = 1
@@ -36,22 +41,24 @@ class Plan:
     pp: int = 1
     ep: int = 1
     vpp: int = 1
-    sp: bool = False
+    sp: bool | None = None
     mbs: int = 1
     gbs: int = 1
-    zero: int = 0
+    zero: int | None = None
     recompute: str = "none"
     schedule: str = "1f1b"
     dtype: str = "bf16"
     grad_dtype: str = "bf16"
-    dp_overlap: bool = True
-    tp_overlap: bool = False
+    dp_overlap: bool | None = None
+    tp_overlap: bool | None = None
+    framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InfeasiblePlan(f"plan field '{name}' must be a positive integer, got {value!r}")
+        self._fill_from_framework()
         if self.zero not in (0, 1, 2, 3):
             raise InfeasiblePlan(f"plan field 'zero' must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.recompute not in RECOMPUTE:
@@ -69,6 +76,17 @@ class Plan:
                                  f"(got schedule={self.schedule}); set schedule=interleaved or vpp=1")
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
+
+    def _fill_from_framework(self) -> None:
+        """Knobs the plan leaves as None take the stack's default."""
+        if not isinstance(self.framework, FrameworkProfile):
+            raise InfeasiblePlan(f"plan field 'framework' must be a FrameworkProfile, got {self.framework!r}")
+        stack = self.framework
+        defaults = {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
+                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp)}
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
 
     @property
     def gpus(self) -> int:
@@ -96,14 +114,26 @@ class Plan:
         return dataclasses.replace(self, **changes)
 
     def __str__(self) -> str:
+        def on(flag: bool | None) -> str:
+            return "on" if flag else "off"
+
         return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} ep={self.ep} vpp={self.vpp} "
                 f"mbs={self.mbs} gbs={self.gbs} zero={self.zero} recompute={self.recompute} "
-                f"sp={'on' if self.sp else 'off'} schedule={self.schedule}")
+                f"sp={on(self.sp)} schedule={self.schedule} dtype={self.dtype} tp_overlap={on(self.tp_overlap)} "
+                f"dp_overlap={on(self.dp_overlap)} framework={self.framework.name}")
 
     @classmethod
-    def parse(cls, text: str, gpus: int | None = None) -> "Plan":
-        """Parse ``"tp=8 pp=4 ..."``; ``dp`` defaults to gpus / (tp*cp*pp) when ``gpus`` is given."""
+    def parse(cls, text: str, gpus: int | None = None, framework: FrameworkProfile | None = None) -> "Plan":
+        """Parse ``"tp=8 pp=4 ..."``; ``dp`` defaults to gpus / (tp*cp*pp) when ``gpus`` is given.
+
+        The stack is ``framework`` (the CLI's ``--framework``), else a
+        ``framework=NAME`` item of the text, else the default profile.
+        """
         fields = parse_plan_fields(text)
+        named = fields.pop("framework", None)
+        if framework is not None and named is not None and named != framework.name:
+            raise InfeasiblePlan(f"plan says framework={named} but --framework is {framework.name}; give one")
+        fields["framework"] = framework or load_profile(named)
         for name in ("tp", "cp", "pp"):
             value = fields.get(name, 1)
             if value < 1:

@@ -63,12 +63,12 @@ BLOCK_ORDER = ("embedding", "dense", "moe", "head")
 
 @dataclass(frozen=True)
 class ProgramOptions:
-    """Choices that change the trace but not the totals."""
+    """Choices that change the trace but not the totals; ``bucket`` None is the framework's."""
 
-    bucket: str = "layer"
+    bucket: str | None = None
 
     def __post_init__(self) -> None:
-        if self.bucket not in BUCKETS:
+        if self.bucket is not None and self.bucket not in BUCKETS:
             raise ConfigError(f"dp bucket '{self.bucket}' is unknown; use one of {', '.join(BUCKETS)}")
 
 
@@ -118,7 +118,8 @@ class _Builder:
 class _StageBuilder:
     def __init__(self, work: Workload, stage: int, options: ProgramOptions) -> None:
         self.work, self.plan, self.stage = work, work.plan, stage
-        self.options = options if self.plan.dp_overlap else ProgramOptions(bucket="stage")
+        bucket = (options.bucket if options and options.bucket else self.plan.framework.dp_bucket)
+        self.options = ProgramOptions(bucket=bucket if self.plan.dp_overlap else "stage")
         arch = arch_of(work.model, self.plan)
         sym = symbol_values(work.model, self.plan)
         kinds = {k for c in work.chunks[stage] for k in c.blocks}

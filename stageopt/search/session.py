@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from stageopt.errors import ConfigError
-from stageopt.hardware.schema import load_yaml_mapping
+from stageopt.inputs.schema import load_yaml_mapping
 from stageopt.parallel.plan import Plan
 from stageopt.search.backends import make_simulator
 from stageopt.search.cache import ResultCache

@@ -23,7 +23,7 @@ import optuna
 
 from stageopt.errors import ConfigError
 from stageopt.hardware import apply_hw_overrides, list_hardware_presets, load_hardware
-from stageopt.hardware.schema import load_yaml_mapping
+from stageopt.inputs.schema import load_yaml_mapping
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import RECOMPUTE, SCHEDULES

@@ -44,9 +44,9 @@ def evaluate_plans(model: ModelSpec, hw: Hardware, plans: list[Plan]) -> dict[st
     """Per-candidate arrays of times (s), memory (GiB) and rates; plans must be valid."""
     groups: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
-        groups.setdefault((plan.recompute, plan.sp, plan.dtype, plan.grad_dtype), []).append(i)
+        groups.setdefault((plan.recompute, plan.sp, plan.dtype, plan.grad_dtype, plan.framework), []).append(i)
     out: dict[str, np.ndarray] = {}
-    for (recompute, _sp, dtype, grad_dtype), index in groups.items():
+    for index in groups.values():
         sub = [plans[i] for i in index]
         res = _evaluate_group(model, hw, sub[0], candidate_arrays(sub))
         for key, value in res.items():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stageopt.frameworks import load_profile
 from stageopt.hardware import Hardware, apply_hw_overrides, load_hardware
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
@@ -42,10 +43,10 @@ def row_to_case(row: dict[str, str]) -> Case:
     """One CSV row as a Case.
 
     Blank ffn means 4h (GPT); blank micro-batch means 1; Megatron-LM's 2021 runs use
-    full activation recomputation, eager attention and dropout, and count
+    full activation recomputation on the megatron-lm-2021 stack, and count
     recomputation in their FLOP formula (Narayanan et al. 2021, sec. 5.1);
-    Megatron-Core's H100 table is read as model FLOPs with sequence parallelism,
-    flash attention, no recomputation and the TP overlap its source states.
+    Megatron-Core's H100 table is read as model FLOPs with no recomputation on
+    the megatron-core stack.
     """
     hidden = int(row["hidden"])
     heads = int(row["heads"])
@@ -54,16 +55,14 @@ def row_to_case(row: dict[str, str]) -> Case:
         f"layers={row['layers']}", f"hidden={hidden}", f"heads={heads}",
         f"kv_heads={_int(row['kv_heads'], heads)}", f"ffn={_int(row['ffn'], 4 * hidden)}",
         f"vocab={row['vocab']}", f"seq={row['seq_len']}"]).replace(name=row["model"])
-    if megatron21:  # 2021 Megatron-LM: softmax materialized, dropout on
-        model = model.replace(attention="eager", dropout=True)
     tp, pp, dp = int(row["TP"]), int(row["PP"]), int(row["DP"])
     mbs = _int(row["micro_batch"], 1)
     zero = 3 if "ZeRO-3" in row["zero_fsdp"] else 0
     plan = Plan(tp=tp, pp=pp, dp=dp, cp=_int(row["CP"], 1), mbs=mbs, gbs=int(row["global_batch"]),
                 vpp=_int(row["VP"], 1), schedule="interleaved" if _int(row["VP"], 1) > 1 else "1f1b",
-                zero=zero, recompute="full" if megatron21 else "none", sp=(not megatron21) and tp > 1,
+                zero=zero, recompute="full" if megatron21 else "none",
                 dtype="fp16" if "FP16" in row["precision"] else "bf16",
-                tp_overlap="TP" in row["source"] and "overlap" in row["source"])
+                framework=load_profile("megatron-lm-2021" if megatron21 else "megatron-core"))
     gpu = next(v for k, v in GPU_PRESET.items() if k in row["gpu"])
     return Case(id=row["id"], source="Megatron-LM 2021" if megatron21 else "Megatron-Core H100",
                 model=model, plan=plan, hardware=gpu, measured_tflops=float(row["value"]),

@@ -38,6 +38,7 @@ def inspect_report(work: Workload) -> dict:
     return {
         "model": work.model.name,
         "plan": str(plan),
+        "framework": plan.framework.name,
         "gpus": plan.gpus,
         "microbatches": plan.microbatches,
         "params_total": work.params_total,

@@ -21,7 +21,7 @@ def test_tp_all_reduce_per_layer_without_sp():
     """Two all-reduces of the b*s*h activation forward and two backward per layer (f and g operators)."""
     m = load_model("llama3-8b")
     b, s, h = 2, m.seq, m.hidden
-    plan = "tp=4 pp=1 dp=1 mbs=2 gbs=6"  # 3 micro-batches
+    plan = "tp=4 pp=1 dp=1 mbs=2 gbs=6 sp=off"  # 3 micro-batches
     work, st = stats(m, plan)
     layer_bytes = b * s * h * 2
     fwd = [c for c in uses(st, "tp", "all_reduce", "fwd") if c.bytes_each == layer_bytes]
@@ -72,7 +72,7 @@ def test_zero3_gathers_parameters_per_layer_forward_and_backward():
 def test_expert_parallel_all_to_all_volume():
     """Dispatch and combine move each token's top-k copies: b*s*k*h*2 bytes per rank per MoE layer."""
     m = load_model("mixtral-8x7b", ["layers=2"])
-    work, st = stats(m, "tp=1 ep=4 dp=4 mbs=1 gbs=4")
+    work, st = stats(m, "tp=1 ep=4 dp=4 mbs=1 gbs=4 zero=0")
     tokens = m.seq * 1
     volume = tokens * m.top_k * m.hidden * 2
     fwd = uses(st, "ep", "all_to_all", "fwd")

@@ -7,10 +7,8 @@ in well under a second."""
 from __future__ import annotations
 
 GPT = ("gpt3-175b", ("layers=4", "seq=256"))
-GPT_EAGER = ("gpt3-175b", ("layers=4", "seq=256", "attention=eager"))
 LLAMA = ("llama3-8b", ("layers=4", "seq=256"))
 LLAMA8 = ("llama3-70b", ("layers=8", "seq=256"))
-LLAMA_EAGER = ("llama3-8b", ("layers=4", "seq=256", "attention=eager"))
 MIXTRAL = ("mixtral-8x7b", ("layers=4", "seq=256"))
 DEEPSEEK = ("deepseek-v3", ("layers=5", "seq=256"))
 
@@ -23,16 +21,16 @@ CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
     (GPT, "dp=2 zero=1", 2, "chunk"),
     (GPT, "dp=2 zero=2 recompute=full", 2, "layer"),
     (GPT, "dp=2 zero=3 gbs=4", 2, "layer"),
-    (GPT_EAGER, "tp=2 dp=2 recompute=selective", 4, "layer"),
+    (GPT, "tp=2 dp=2 recompute=selective framework=megatron-lm-2021", 4, "layer"),  # eager attention
     (GPT, "cp=2 dp=2", 4, "stage"),
-    (GPT, "pp=2 dp=2 schedule=gpipe gbs=8", 4, "layer"),
+    (GPT, "pp=2 dp=2 schedule=gpipe gbs=8 zero=1 framework=torchtitan", 4, "layer"),  # GPipe: torchtitan
     (LLAMA, "tp=2 dp=2 sp=on zero=1", 4, "layer"),
     (LLAMA, "tp=2 pp=2 dp=2 gbs=8", 8, "layer"),
     (LLAMA, "cp=2 tp=2 sp=on", 4, "layer"),
     (LLAMA, "cp=2 dp=2 zero=3", 4, "layer"),
     (LLAMA8, "pp=2 vpp=2 dp=2 gbs=8 schedule=interleaved", 4, "chunk"),
     (LLAMA, "pp=2 recompute=full gbs=4", 2, "layer"),
-    (LLAMA_EAGER, "tp=4 sp=on recompute=selective", 4, "layer"),
+    (LLAMA, "tp=4 sp=on recompute=selective framework=megatron-lm-2021", 4, "layer"),  # eager attention
     (LLAMA, "dp=4 zero=2 dp_overlap=off", 4, "layer"),
     (LLAMA, "pp=2 dp=2 zero=3 gbs=8", 4, "layer"),
     (LLAMA, "tp=2 cp=2 pp=2 gbs=4 sp=on", 8, "layer"),

@@ -48,7 +48,7 @@ def step_of(name: str) -> str:
 @pytest.mark.parametrize("case", [
     (LLAMA8, "pp=2 vpp=2 gbs=4 schedule=interleaved", 2, "layer"),
     (LLAMA, "pp=4 gbs=6", 4, "layer"),
-    (GPT, "pp=2 gbs=3 schedule=gpipe recompute=full", 2, "layer"),
+    (GPT, "pp=2 gbs=3 schedule=gpipe recompute=full framework=torchtitan", 2, "layer"),
 ])
 def test_compute_stream_follows_the_schedule(case) -> None:
     work = workload_of(case)
@@ -98,7 +98,7 @@ def test_messages_gate_and_follow_each_chunk() -> None:
 
 @pytest.mark.parametrize("bucket, count", [("layer", 4 + 2), ("chunk", 1), ("stage", 1)])
 def test_gradient_sync_once_per_iteration_overlapping_backward(bucket: str, count: int) -> None:
-    work = workload_of((LLAMA, "dp=2 gbs=6", 2, bucket))
+    work = workload_of((LLAMA, "dp=2 gbs=6 zero=0", 2, bucket))
     prog = build_stage_program(work, 0, ProgramOptions(bucket=bucket))
     anc = ancestors_of(prog)
     dp = [n for n in prog.nodes if n.phase == "dp"]

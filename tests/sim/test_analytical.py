@@ -21,7 +21,7 @@ PLANS = [
     "tp=8 pp=4 mbs=1 gbs=256 zero=1 sp=on recompute=selective",
     "tp=4 pp=8 mbs=2 gbs=256 zero=2 recompute=full",
     "tp=8 pp=8 vpp=2 schedule=interleaved mbs=1 gbs=128 zero=1 sp=on",
-    "tp=2 pp=4 cp=2 mbs=1 gbs=64 zero=3 sp=on schedule=gpipe",
+    "tp=2 pp=4 cp=2 mbs=1 gbs=64 zero=3 sp=on schedule=gpipe framework=torchtitan",
     "tp=8 pp=1 mbs=1 gbs=64",
 ]
 

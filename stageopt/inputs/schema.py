@@ -79,6 +79,8 @@ def _type_name(tp: Any) -> str:
         return f"{_type_name(inner)} or null"
     if get_origin(tp) is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if get_origin(tp) is tuple:
+        return f"a list of {_type_name(get_args(tp)[0])}"
     if dataclasses.is_dataclass(tp):
         return f"a mapping ({tp.__name__})"
     return getattr(tp, "__name__", str(tp))
@@ -98,6 +100,10 @@ def _coerce(tp: Any, value: object, where: str) -> object:
         if value not in get_args(tp):
             raise ConfigError(f"{where} = {value!r} must be {_type_name(tp)}")
         return value
+    if get_origin(tp) is tuple:  # tuple[X, ...]: a YAML list of X
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} = {value!r} must be {_type_name(tp)}")
+        return tuple(_coerce(get_args(tp)[0], v, f"{where}[{i}]") for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where} = {value!r} must be true or false")
@@ -137,7 +143,7 @@ def from_mapping(cls: type[T], data: Mapping[str, object], where: str) -> T:
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{where}: missing key(s) {', '.join(missing)}; add them "
-                          f"(see simulators/hardware/h100-sxm.yaml for an example)")
+                          f"(the shipped files under simulators/ are examples)")
     kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
     try:
         return cls(**kwargs)

@@ -1,0 +1,91 @@
+"""Framework profiles: shipped profiles load, set the plan's defaults, and plan knobs override them."""
+
+import pytest
+
+from stageopt.cli import main
+from stageopt.errors import ConfigError, InfeasiblePlan
+from stageopt.frameworks import DEFAULT_FRAMEWORK, list_profiles, load_profile
+from stageopt.graph.block import arch_of
+from stageopt.model import load_model
+from stageopt.parallel.plan import Plan
+from stageopt.workload import build_workload
+
+
+def test_shipped_profiles_load_and_the_default_is_megatron_core():
+    assert {"megatron-core", "megatron-lm-2021", "megatron-deepspeed", "torchtitan"} <= set(list_profiles())
+    assert DEFAULT_FRAMEWORK == "megatron-core"
+    assert Plan.parse("tp=2").framework.name == "megatron-core"
+
+
+def test_profile_defaults_fill_the_plan():
+    core = Plan.parse("tp=8 pp=2 dp=4 gbs=4")
+    assert (core.sp, core.zero, core.tp_overlap, core.dp_overlap) == (True, 1, True, True)
+    old = Plan.parse("tp=8 pp=2 dp=4 gbs=4", framework=load_profile("megatron-lm-2021"))
+    assert (old.sp, old.zero, old.tp_overlap, old.dp_overlap) == (False, 0, False, False)
+    titan = Plan.parse("tp=2 dp=4 gbs=4 framework=torchtitan")
+    assert (titan.sp, titan.zero) == (True, 3)
+
+
+def test_plan_knobs_override_the_profile():
+    plan = Plan.parse("tp=8 dp=4 gbs=4 sp=off zero=0 tp_overlap=off dp_overlap=off")
+    assert (plan.sp, plan.zero, plan.tp_overlap, plan.dp_overlap) == (False, 0, False, False)
+
+
+def test_defaults_that_need_a_degree_stay_off_without_it():
+    plan = Plan.parse("tp=1 dp=1")
+    assert (plan.sp, plan.zero, plan.tp_overlap) == (False, 0, False)
+
+
+def test_profile_decides_attention_kernel_and_dropout():
+    gpt = load_model("gpt3-175b")  # the model recipe has dropout
+    arch_2021 = arch_of(gpt, Plan.parse("tp=1", framework=load_profile("megatron-lm-2021")))
+    arch_titan = arch_of(gpt, Plan.parse("tp=1", framework=load_profile("torchtitan")))
+    arch_core = arch_of(gpt, Plan.parse("tp=1"))
+    assert (arch_2021.attention, arch_2021.dropout) == ("eager", True)
+    assert (arch_titan.attention, arch_titan.dropout) == ("flash", False)
+    assert (arch_core.attention, arch_core.dropout) == ("flash", True)  # dropout: the model recipe's
+
+
+def test_unsupported_schedule_names_the_framework():
+    model = load_model("llama3-8b")
+    with pytest.raises(InfeasiblePlan, match="schedule=gpipe is not implemented by framework megatron-core"):
+        build_workload(model, Plan.parse("pp=2 gbs=4 schedule=gpipe"), 2)
+    build_workload(model, Plan.parse("pp=2 gbs=4 schedule=gpipe framework=torchtitan"), 2)
+
+
+def test_conflicting_framework_names_are_refused():
+    with pytest.raises(InfeasiblePlan, match="give one"):
+        Plan.parse("tp=2 framework=torchtitan", framework=load_profile("megatron-core"))
+
+
+def test_unknown_profile_suggests_a_name():
+    with pytest.raises(ConfigError, match="did you mean 'torchtitan'"):
+        load_profile("torchtitn")
+
+
+def test_custom_profile_file(tmp_path):
+    path = tmp_path / "mystack.yaml"
+    path.write_text("name: mystack\nattention: eager\nsequence_parallel: false\nschedules: [1f1b]\n")
+    plan = Plan.parse("tp=4 dp=2", framework=load_profile(str(path)))
+    assert plan.framework.name == "mystack" and plan.sp is False and plan.zero == 1
+    path.write_text("name: mystack\nattenton: eager\n")
+    with pytest.raises(ConfigError, match="did you mean 'attention'"):
+        load_profile(str(path))
+    path.write_text("name: mystack\nschedules: [zb]\n")
+    with pytest.raises(ConfigError, match="schedules"):
+        load_profile(str(path))
+
+
+def test_outputs_name_the_profile(capsys):
+    assert main(["simulate", "--model", "llama3-8b", "--gpus", "8", "--plan", "tp=2 mbs=1 gbs=8",
+                 "--framework", "torchtitan", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"framework": "torchtitan"' in out and "zero=3" in out
+    assert main(["presets"]) == 0
+    assert "megatron-lm-2021" in capsys.readouterr().out
+
+
+def test_bad_framework_on_the_cli_is_one_line_exit_2(capsys):
+    assert main(["inspect", "--model", "llama3-8b", "--plan", "tp=2", "--framework", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown framework 'nope'" in err
