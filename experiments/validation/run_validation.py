@@ -1,8 +1,11 @@
-"""Predicted vs published TFLOP/s per GPU for every row of published_runs.csv.
+"""Predicted vs published throughput for every row of published_runs.csv, through `stageopt simulate`'s path.
 
-Writes experiments/validation/results.csv (per-row prediction and error) and
-parity.png, and prints MAPE per source and overall.
-Run: python experiments/validation/run_validation.py [path/to/published_runs.csv]
+Prints, per source, the rows simulated, MAPE and mean signed error (positive:
+predicted faster than measured); overall figures; rank correlation and top-1
+regret within each family of plans; and the rows that cannot be expressed yet.
+Writes results.csv (one line per row) and parity.png beside this script.
+
+Run: python experiments/validation/run_validation.py [published_runs.csv]
 """
 
 from __future__ import annotations
@@ -11,53 +14,64 @@ import csv
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from stageopt.validation import load_cases, mape, predict
+from stageopt.validation import family_ranking, load_runs, mape, predict_all
+from stageopt.validation.compare import by_key
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CSV = HERE.parents[2] / "shared" / "validation" / "published_runs.csv"
 
 
-def main() -> None:
-    cases = load_cases(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_CSV)
-    pred = predict(cases)
-    measured = np.array([c.measured_tflops for c in cases])
-    with open(HERE / "results.csv", "w", newline="") as fh:
+def write_results(comps, path: Path) -> None:
+    with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(["id", "source", "hardware", "plan", "measured_tflops", "predicted_tflops", "error_pct"])
-        for c, p in zip(cases, pred):
-            out.writerow([c.id, c.source, c.hardware, str(c.plan), c.measured_tflops, round(float(p), 1),
-                          round(100 * (p / c.measured_tflops - 1), 1)])
-    for source in sorted({c.source for c in cases}):
-        idx = [i for i, c in enumerate(cases) if c.source == source]
-        print(f"{source:<22} {len(idx):>3} rows  MAPE {mape(pred[idx], measured[idx]):5.1f}%")
-    print(f"{'all':<22} {len(cases):>3} rows  MAPE {mape(pred, measured):5.1f}%")
-    _plot(cases, pred, measured)
+        out.writerow(["id", "source", "family", "metric", "measured", "predicted", "error_pct", "plan", "framework",
+                      "hardware"])
+        for c in comps:
+            r = c.run
+            out.writerow([r.id, r.source, r.family, r.metric, r.value, f"{c.predicted:.4g}", f"{100 * c.error:+.1f}",
+                          r.plan, r.framework, r.hardware])
 
 
-def _plot(cases, pred, measured) -> None:
+def parity_plot(comps, path: Path) -> None:
     try:
         import matplotlib
-
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not installed: skipped parity.png (pip install -e '.[plots]')")
+        print("parity.png skipped: matplotlib is not installed (pip install 'stageopt[plots]')")
         return
-    fig, ax = plt.subplots(figsize=(5, 5))
-    for source, marker in (("Megatron-LM 2021", "o"), ("Megatron-Core H100", "s")):
-        idx = [i for i, c in enumerate(cases) if c.source == source]
-        ax.scatter(measured[idx], pred[idx], marker=marker, label=source)
-    top = max(measured.max(), pred.max()) * 1.1
-    ax.plot([0, top], [0, top], "k--", lw=1)
-    ax.fill_between([0, top], [0, 0.9 * top], [0, 1.1 * top], color="grey", alpha=0.15, label="±10%")
-    ax.set_xlabel("published TFLOP/s per GPU")
-    ax.set_ylabel("stageopt analytical TFLOP/s per GPU")
-    ax.set_title(f"Validation: MAPE {mape(pred, measured):.1f}% over {len(cases)} runs")
-    ax.legend()
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    for source, group in sorted(by_key(comps, lambda c: c.run.source).items()):
+        ax.scatter([1.0] * len(group), [c.throughput_ratio for c in group], s=0)  # keep colours stable
+        ax.scatter([c.measured for c in group], [c.measured * c.throughput_ratio for c in group], s=14, label=source)
+    ax.set_xscale("log"), ax.set_yscale("log")
+    lo, hi = ax.get_xlim()
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+    ax.set_xlabel("measured (source metric, throughput-like)"), ax.set_ylabel("predicted")
+    ax.legend(fontsize=5.5, ncol=2, loc="upper left")
+    ax.set_title(f"{len(comps)} published runs, MAPE {mape(comps):.1f}%")
     fig.tight_layout()
-    fig.savefig(HERE / "parity.png", dpi=120)
+    fig.savefig(path, dpi=130)
+
+
+def main() -> None:
+    runs = load_runs(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "published_runs.csv")
+    comps, refused = predict_all(runs)
+    print(f"{'source':<40} {'rows':>4} {'MAPE':>7} {'signed':>7}")
+    for source, group in sorted(by_key(comps, lambda c: c.run.source).items()):
+        signed = 100 * sum(c.error for c in group) / len(group)
+        print(f"{source:<40} {len(group):>4} {mape(group):>6.1f}% {signed:>+6.1f}%")
+    print(f"{'all':<40} {len(comps):>4} {mape(comps):>6.1f}%")
+    print(f"\n{'family':<32} {'runs':>4} {'rho':>6} {'top-1 regret':>13}")
+    for name, (n, rho, regret) in sorted(family_ranking(comps).items()):
+        print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
+    print(f"\n{len(refused)} of {len(runs)} rows not expressible yet:")
+    reasons: dict[str, int] = {}
+    for _, why in refused:
+        reasons[why] = reasons.get(why, 0) + 1
+    for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:>3}  {why}")
+    write_results(comps, HERE / "results.csv")
+    parity_plot(comps, HERE / "parity.png")
 
 
 if __name__ == "__main__":

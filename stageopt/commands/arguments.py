@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from stageopt.frameworks import load_profile
-from stageopt.model import load_model
-from stageopt.parallel.plan import Plan
-from stageopt.workload import Workload, build_workload
+from stageopt.hardware import Hardware
+from stageopt.sim.run import hardware_for, workload_for
+from stageopt.workload import Workload
 
 
 def add_model_plan_args(parser: argparse.ArgumentParser) -> None:
@@ -23,10 +22,7 @@ def add_model_plan_args(parser: argparse.ArgumentParser) -> None:
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
-    model = load_model(args.model, args.model_set)
-    framework = load_profile(args.framework) if args.framework else None
-    plan = Plan.parse(args.plan, gpus=args.gpus, framework=framework)
-    return build_workload(model, plan, args.gpus)
+    return workload_for(args.model, args.plan, args.gpus, framework=args.framework, model_set=args.model_set)
 
 
 def add_hardware_args(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +31,5 @@ def add_hardware_args(parser: argparse.ArgumentParser) -> None:
                         help="override a hardware field, e.g. scaleout.bandwidth_gbps=100 (repeatable)")
 
 
-def hardware_from_args(args: argparse.Namespace):
-    from stageopt.hardware import apply_hw_overrides, load_hardware
-
-    return apply_hw_overrides(load_hardware(args.hardware), args.hw_set)
+def hardware_from_args(args: argparse.Namespace) -> Hardware:
+    return hardware_for(args.hardware, args.hw_set)

@@ -53,8 +53,8 @@ class FrameworkProfile:
             raise ConfigError(f"framework {self.name}: schedules {list(self.schedules)} must be a non-empty "
                               f"list of {', '.join(SCHEDULE_NAMES)}")
 
-    def default_zero(self, dp: int) -> int:
-        """The ZeRO stage this stack uses when the plan does not say."""
-        if dp <= 1:
+    def default_zero(self, dp: int, cp: int = 1) -> int:
+        """The ZeRO stage this stack uses when the plan does not say (states shard over dp x cp)."""
+        if dp * cp <= 1:
             return 0
         return 3 if self.fsdp else (1 if self.distributed_optimizer else 0)

@@ -52,8 +52,9 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
                              f"divisible by pp={plan.pp}; raise gbs or change mbs")
     if plan.schedule == "interleaved" and plan.pp == 1:
         raise InfeasiblePlan("plan: schedule=interleaved needs pp > 1; use schedule=1f1b")
-    if plan.zero > 0 and plan.dp == 1:
-        raise InfeasiblePlan(f"plan: zero={plan.zero} shards over data parallelism, but dp=1; set zero=0")
+    if plan.zero > 0 and plan.dp * plan.cp == 1:
+        raise InfeasiblePlan(f"plan: zero={plan.zero} shards over data and context parallelism, but dp*cp=1; "
+                             "set zero=0")
 
 
 def _divides(degree: int, name: str, value: int, field: str) -> None:

@@ -83,7 +83,7 @@ class Plan:
             raise InfeasiblePlan(f"plan field 'framework' must be a FrameworkProfile, got {self.framework!r}")
         stack = self.framework
         defaults = {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
-                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp)}
+                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp)}
         for name, value in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)

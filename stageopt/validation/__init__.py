@@ -1,10 +1,15 @@
-"""Published training runs as stageopt inputs, and how far the cost model is from them.
+"""Published training runs, and how far the cost model is from them.
 
-Owns the reading of measurement tables into (model, plan, hardware, measured
-value) cases and the error metrics. Imports the simulators; nothing below
-imports it (experiments and tests do).
+Owns the published-runs table format (rows a user could type: model, plan,
+framework, hardware, the measurement in its source's metric), the sources' FLOP
+conventions, and the error metrics (per-source MAPE, rank correlation within
+families of plans, top-1 regret). Imports ``stageopt.sim.run``; only
+experiments and tests import it.
 """
 
-from stageopt.validation.published import GPU_PRESET, Case, load_cases, mape, predict, row_to_case
+from stageopt.validation.compare import Comparison, family_ranking, mape, predict, predict_all
+from stageopt.validation.flops import FORMULAS, source_flops
+from stageopt.validation.runs import METRICS, PublishedRun, load_runs
 
-__all__ = ["GPU_PRESET", "Case", "load_cases", "mape", "predict", "row_to_case"]
+__all__ = ["FORMULAS", "METRICS", "Comparison", "PublishedRun", "family_ranking", "load_runs", "mape", "predict",
+           "predict_all", "source_flops"]

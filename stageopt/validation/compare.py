@@ -1,0 +1,113 @@
+"""Predicted vs measured for published runs: per-row error, per-source MAPE, rank agreement, regret.
+
+Every prediction comes from :func:`stageopt.sim.run.simulate_plan`, the
+function behind ``stageopt simulate``. Errors are on throughput (the source's
+metric, or 1/time), so a row that is predicted 10% fast reads +10% whatever
+its unit. Families are runs of one model on one cluster whose plans differ:
+Spearman's rho of predicted against measured throughput says whether the model
+ranks plans right, and the top-1 regret how much slower the plan it would
+pick ran than the best one measured.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from stageopt.errors import StageoptError
+from stageopt.sim.run import simulate_plan
+from stageopt.validation.flops import source_flops
+from stageopt.validation.runs import PublishedRun
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One run: measured and predicted value in the source's metric, and the throughput error."""
+
+    run: PublishedRun
+    measured: float
+    predicted: float
+    iteration_time_s: float
+
+    @property
+    def throughput_ratio(self) -> float:
+        """Predicted over measured throughput (time metrics inverted)."""
+        if self.run.metric == "iteration_time_s":
+            return self.measured / self.predicted
+        return self.predicted / self.measured
+
+    @property
+    def error(self) -> float:
+        return self.throughput_ratio - 1.0
+
+
+def predict(run: PublishedRun, hw_set: Sequence[str] = ()) -> Comparison:
+    """Simulate ``run`` as a user would and express the result in its metric."""
+    work, est = simulate_plan(run.model, run.plan, run.gpus, hardware=run.hardware, framework=run.framework,
+                              model_set=run.model_set, hw_set=(*run.hw_set, *hw_set))
+    t = est.iteration_time_s
+    if run.metric == "tokens_per_s_per_gpu":
+        value = est.tokens_per_s / run.gpus
+    elif run.metric == "iteration_time_s":
+        value = t
+    else:
+        tflops = source_flops(work.model, work.plan.gbs, run.flops_formula) / (t * run.gpus) / 1e12
+        value = tflops if run.metric == "tflops_per_gpu" else 100 * est.mfu * tflops / est.model_tflops_per_gpu
+    return Comparison(run=run, measured=run.value, predicted=value, iteration_time_s=t)
+
+
+def predict_all(runs: Iterable[PublishedRun], hw_set_by_hardware: dict[str, Sequence[str]] | None = None
+                ) -> tuple[list[Comparison], list[tuple[PublishedRun, str]]]:
+    """Comparisons for the runs stageopt accepts, and the runs it refuses with the one-line reason.
+
+    Rows marked inexpressible in the table are refused with their status; a
+    row stageopt itself rejects (an :class:`~stageopt.errors.StageoptError`,
+    e.g. a plan shape it cannot represent yet) is refused with that message.
+    ``hw_set_by_hardware`` adds overrides per hardware preset (calibration).
+    """
+    extra = hw_set_by_hardware or {}
+    done, refused = [], []
+    for run in runs:
+        if not run.expressible:
+            refused.append((run, run.status))
+            continue
+        try:
+            done.append(predict(run, extra.get(run.hardware, ())))
+        except StageoptError as err:
+            refused.append((run, f"stageopt refuses it: {err}"))
+    return done, refused
+
+
+def mape(comps: Sequence[Comparison]) -> float:
+    """Mean absolute percentage error of throughput."""
+    return float(100 * np.mean([abs(c.error) for c in comps])) if comps else float("nan")
+
+
+def by_key(comps: Iterable[Comparison], key) -> dict[str, list[Comparison]]:
+    groups: dict[str, list[Comparison]] = defaultdict(list)
+    for c in comps:
+        groups[key(c)].append(c)
+    return dict(groups)
+
+
+def _throughputs(comps: Sequence[Comparison]) -> tuple[np.ndarray, np.ndarray]:
+    measured = np.array([1 / c.measured if c.run.metric == "iteration_time_s" else c.measured for c in comps])
+    predicted = np.array([1 / c.predicted if c.run.metric == "iteration_time_s" else c.predicted for c in comps])
+    return measured, predicted
+
+
+def family_ranking(comps: Sequence[Comparison]) -> dict[str, tuple[int, float, float]]:
+    """Per family of >= 3 runs: (runs, Spearman rho, top-1 regret as a fraction)."""
+    out = {}
+    for name, group in by_key([c for c in comps if c.run.family], lambda c: c.run.family).items():
+        if len(group) < 3:
+            continue
+        measured, predicted = _throughputs(group)
+        rho = float(spearmanr(measured, predicted).statistic)
+        regret = float(measured.max() / measured[int(np.argmax(predicted))] - 1)
+        out[name] = (len(group), rho, regret)
+    return out

@@ -1,0 +1,65 @@
+"""The validation path: published rows become user inputs, FLOP conventions are the sources', errors are honest."""
+
+from pathlib import Path
+
+import pytest
+
+from stageopt.model import load_model
+from stageopt.sim.run import simulate_plan
+from stageopt.validation import load_runs, mape, predict, predict_all, source_flops
+from stageopt.validation.compare import by_key
+
+RUNS = Path(__file__).resolve().parents[2] / "experiments" / "validation" / "published_runs.csv"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return load_runs(RUNS)
+
+
+def test_megatron_formula_is_six_flops_per_parameter_and_token_plus_attention():
+    """GPT-3 175B: 6 x (12 h^2 per layer + V h) per token, plus 3 passes of two s x s x h products."""
+    m = load_model("gpt3-175b")
+    l, h, s, v, gbs = m.layers, m.hidden, m.seq, m.vocab, 1536
+    per_token = 6 * (12 * h * h * l + v * h) + 3 * 2 * 2 * s * h * l
+    assert source_flops(m, gbs, "megatron") == pytest.approx(gbs * s * per_token, rel=1e-12)
+    causal = per_token - 3 * 2 * 2 * s * h * l / 2
+    assert source_flops(m, gbs, "megatron-causal") == pytest.approx(gbs * s * causal, rel=1e-12)
+
+
+def test_narayanan_formula_counts_recomputed_layers_once_more():
+    """Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh)."""
+    m = load_model("gpt3-175b")
+    b, s, l, h, v = 1536, m.seq, m.layers, m.hidden, m.vocab
+    want = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    assert source_flops(m, b, "narayanan-recompute") == pytest.approx(want, rel=1e-12)
+
+
+def test_rows_are_user_inputs_and_run_through_simulate(runs):
+    row = next(r for r in runs if r.id == "MEG21-T1-175B" or r.id.startswith("MEG21-T1-145B"))
+    work, est = simulate_plan(row.model, row.plan, row.gpus, hardware=row.hardware, framework=row.framework,
+                              model_set=row.model_set)
+    comp = predict(row)
+    want = source_flops(work.model, work.plan.gbs, row.flops_formula) / (est.iteration_time_s * row.gpus) / 1e12
+    assert comp.predicted == pytest.approx(want, rel=1e-12)
+    assert comp.error == pytest.approx(want / row.value - 1, rel=1e-12)
+
+
+def test_time_rows_compare_throughput(runs):
+    row = next(r for r in runs if r.metric == "iteration_time_s" and r.expressible)
+    comp = predict(row)
+    assert comp.error == pytest.approx(row.value / comp.predicted - 1, rel=1e-12)
+
+
+def test_every_row_has_a_citation_and_a_status(runs):
+    assert len(runs) >= 200
+    assert all(r.citation and r.status for r in runs)
+    assert len({r.source for r in runs if r.expressible}) >= 15
+
+
+def test_in_sample_sources_stay_within_ten_percent(runs):
+    """Regression guard on the sources the efficiency parameters were first fitted to."""
+    guarded = {"Narayanan21 Table 1", "Narayanan21 Table 2 (PTD-P)", "Megatron-Core H100 weak scaling"}
+    comps, _ = predict_all(r for r in runs if r.source in guarded)
+    for source, group in by_key(comps, lambda c: c.run.source).items():
+        assert mape(group) <= 10.0, source
