@@ -53,8 +53,8 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     if plan.schedule == "interleaved" and plan.pp == 1:
         raise InfeasiblePlan("plan: schedule=interleaved needs pp > 1; use schedule=1f1b")
     if plan.zero > 0 and plan.dp * plan.cp == 1:
-        raise InfeasiblePlan(f"plan: zero={plan.zero} shards over data and context parallelism, but dp*cp=1; "
-                             "set zero=0")
+        raise InfeasiblePlan(f"plan: zero={plan.zero} shards over data and context parallelism, but "
+                             f"dp={plan.dp} cp={plan.cp}; set zero=0 or raise dp")
 
 
 def _divides(degree: int, name: str, value: int, field: str) -> None:
