@@ -6,19 +6,51 @@ import argparse
 import json
 
 from stageopt.commands.arguments import add_model_plan_args, workload_from_args
+from stageopt.errors import ConfigError
+from stageopt.hardware.headroom import fit_line, memory_fit
+from stageopt.sim.run import hardware_for
 from stageopt.workload.summary import inspect_report
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="per-stage FLOPs, bytes, collectives and memory of a plan")
     add_model_plan_args(p)
+    p.add_argument("--hardware", help="say whether the plan fits this hardware preset or YAML file's HBM")
+    p.add_argument("--hw-set", dest="hw_set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a hardware field, e.g. gpu.hbm_gib=96 (repeatable; with --hardware)")
+    add_reserve_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
 
+def add_reserve_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reserve-gib", type=float, metavar="GIB",
+                        help="HBM kept free per GPU (CUDA context, NCCL, allocator slack); default: the hardware "
+                             "file's gpu.reserve_gib, else 2 GiB + 3%% of HBM")
+
+
+def hardware_fit(args: argparse.Namespace, peak_gib: float) -> dict | None:
+    """The memory fit on ``--hardware`` (None without it), with the reserve of ``--reserve-gib`` or the hardware."""
+    if not args.hardware:
+        if args.hw_set or args.reserve_gib is not None:
+            raise ConfigError("--hw-set and --reserve-gib need --hardware (the machine whose HBM is checked)")
+        return None
+    if args.reserve_gib is not None and args.reserve_gib < 0:
+        raise ConfigError(f"--reserve-gib {args.reserve_gib:g}: must be >= 0 (GiB kept free per GPU)")
+    hw = hardware_for(args.hardware, args.hw_set)
+    reserve = args.reserve_gib if args.reserve_gib is not None else hw.gpu.memory_reserve_gib()
+    return {"hardware": args.hardware, **memory_fit(peak_gib, hw.gpu.hbm_gib, reserve)}
+
+
 def run(args: argparse.Namespace) -> int:
     rep = inspect_report(workload_from_args(args))
-    print(json.dumps(rep, indent=1) if args.json else render_report(rep))
+    fit = hardware_fit(args, rep["peak_memory_gib"])
+    if fit is not None:
+        rep["memory_fit"] = fit
+    text = render_report(rep)
+    if fit is not None:
+        text += "\n" + fit_line(fit, fit["hardware"])
+    print(json.dumps(rep, indent=1) if args.json else text)
     return 0
 
 

@@ -28,7 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.splitlines()[0])
     p.add_argument("--space", help="shipped space name or YAML file (default: default; see search_spaces/)")
     p.add_argument("--budget", type=int, default=500, help="unique simulations to run (default 500)")
-    p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="default tpe (multivariate)")
+    p.add_argument("--sampler", choices=SAMPLERS, default="auto",
+                   help="auto (default): the exact census with the analytical model, census-guided confirmation "
+                        "with replay/astra-sim, Optuna on hardware ranges; brute/grid: the census itself; "
+                        "tpe/nsga2/gp/cmaes/random: sample anyway")
     p.add_argument("--objectives", help="comma list of time, throughput, cost, mfu (default: the space's)")
     p.add_argument("--backend", help="analytical | replay | astra-sim | package.module:SimulatorClass "
                                      "(default: the space's)")
@@ -49,6 +52,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="sampler seed: reproducible (batch-synchronous when parallel)")
     p.add_argument("--max-asks", type=int, help="cap on trials asked this session (default 20 x budget)")
     p.add_argument("--batch", type=int, default=8, help="candidates asked per analytical batch (default 8)")
+    p.add_argument("--reserve-gib", type=float, metavar="GIB",
+                   help="HBM kept free per GPU for CUDA context, NCCL and allocator slack (default: the space's "
+                        "cluster.reserve_gib, else the hardware's gpu.reserve_gib, else 2 GiB + 3%% of HBM)")
+    p.add_argument("--framework", metavar="NAME|FILE", help="framework profile(s) the plans run on (comma list "
+                                                             "searches them; default: the space's, else megatron-core)")
+    p.add_argument("--top", type=int, default=10, help="plans an exact census records and prints (default 10)")
     p.add_argument("--export-best", metavar="DIR", help="write the best plan's trace bundle (stageopt generate)")
     p.add_argument("--no-plots", action="store_true", help="skip PNG/HTML plots")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -64,7 +73,8 @@ def options_from_args(args: argparse.Namespace) -> SearchOptions:
                          ray_address=args.ray_address, timeout_s=args.timeout, astra_sim=args.astra_sim,
                          storage=args.storage, study_name=args.study_name, runs_dir=args.runs_dir,
                          resume=args.resume, seed_plans=tuple(args.seed_plan), seed=args.seed,
-                         max_asks=args.max_asks, batch=args.batch)
+                         max_asks=args.max_asks, batch=args.batch, reserve_gib=args.reserve_gib,
+                         framework=args.framework, top=args.top, progress=not args.json)
 
 
 class ProgressBar:
@@ -118,10 +128,20 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
         return 0
     s = result.stats
-    print(f"study {result.study.study_name}: {meta['simulations']} unique simulations ({result.backend}), "
-          f"{s.asks} asks ({s.cached} cached, {s.invalid} invalid, {s.oom} over memory, {s.failed} failed) "
-          f"in {s.elapsed_s:.1f} s; stopped: {s.stop_reason}")
+    if result.answer.mode == "exact":
+        print(f"study {result.study.study_name}: {meta['trials']} exact trials recorded")
+    else:
+        print(f"study {result.study.study_name}: {meta['simulations']} unique simulations ({result.backend}), "
+              f"{s.asks} asks ({s.cached} cached, {s.invalid} invalid, {s.oom} over memory, {s.failed} failed) "
+              f"in {s.elapsed_s:.1f} s; stopped: {s.stop_reason}")
+    for line in result.answer.lines:
+        print(line)
     print(render_table(best, result.objectives))
+    if result.answer.mode == "exact" and len(result.objectives) == 1 and result.census is not None:
+        top = result.census.ranked(result.objectives, args.top)
+        if len(top) > 1:
+            print(f"top {len(top)} (exact):")
+            print("\n".join(render_table(top, result.objectives).splitlines()[:len(top) + 1]))
     print(f"files: {result.run_dir}/ (best.json, trials.csv{', plots' if not args.no_plots else ''}); "
           f"rebuild with 'stageopt report {result.run_dir}'")
     for note in files.notes:
@@ -135,11 +155,13 @@ def summary(result: SearchResult) -> dict:
     s, census = result.stats, result.census
     return {"study": result.study.study_name, "run_dir": str(result.run_dir), "space": result.space.name,
             "backend": result.backend, "objectives": [o.name for o in result.objectives],
-            "simulations": len(result.loop.cache.simulated), "asks": s.asks, "cached": s.cached,
+            "mode": result.answer.mode, "lines": result.answer.lines,
+            "analytical_best": [o.record for o in result.answer.analytical_best[:1]],
+            "simulations": result.answer.simulations, "asks": s.asks, "cached": s.cached,
             "invalid": s.invalid, "over_memory": s.oom, "failed": s.failed, "stop_reason": s.stop_reason,
             "elapsed_s": round(s.elapsed_s, 3), "trials": len(result.study.trials),
             "failed_on_resume": result.failed_on_resume,
-            "feasible_plans_in_space": len(census.feasible) if census and census.exhaustive else None}
+            "feasible_plans_in_space": census.n_feasible if census and census.exhaustive else None}
 
 
 def export_best(result: SearchResult, best: list, out: Path) -> str:

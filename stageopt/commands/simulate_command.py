@@ -6,6 +6,9 @@ import argparse
 import json
 
 from stageopt.commands.arguments import add_hardware_args, add_model_plan_args, hardware_from_args, workload_from_args
+from stageopt.commands.inspect_command import add_reserve_arg
+from stageopt.errors import ConfigError
+from stageopt.hardware.headroom import fit_line, memory_fit
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.base import Estimate, Simulator
@@ -33,16 +36,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--astra-sim", dest="astra_sim", metavar="PATH",
                    help="ASTRA-sim analytical binary (default: $STAGEOPT_ASTRA_SIM)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before an external simulator is killed")
+    add_reserve_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
 
-def render(est: Estimate, plan: Plan) -> str:
+def render(est: Estimate, plan: Plan, fit: dict | None = None) -> str:
     lines = [f"plan: {plan}",
              f"iteration time   {est.iteration_time_s:10.3f} s      tokens/s {est.tokens_per_s:,.0f}",
              f"model TFLOP/s/GPU {est.model_tflops_per_gpu:9.1f}        MFU {est.mfu:.1%}"
              f"   (with recompute {est.hardware_tflops_per_gpu:.1f})",
-             f"peak memory      {est.peak_memory_gib:10.2f} GiB    {'fits' if est.fits_memory else 'DOES NOT FIT'}",
+             f"peak memory      {est.peak_memory_gib:10.2f} GiB    "
+             + (fit_line(fit, "") if fit else ('fits' if est.fits_memory else 'DOES NOT FIT')),
              "time breakdown (s):"]
     lines += [f"  {k:<18} {v:10.4f}" for k, v in est.time_breakdown_s.items()]
     lines.append("memory breakdown (GiB):")
@@ -54,8 +59,13 @@ def run(args: argparse.Namespace) -> int:
     work = workload_from_args(args)
     hw = hardware_from_args(args)
     est = make_simulator(args).evaluate(work, hw)
+    if args.reserve_gib is not None and args.reserve_gib < 0:
+        raise ConfigError(f"--reserve-gib {args.reserve_gib:g}: must be >= 0 (GiB kept free per GPU)")
+    reserve = args.reserve_gib if args.reserve_gib is not None else hw.gpu.memory_reserve_gib()
+    fit = memory_fit(est.peak_memory_gib, hw.gpu.hbm_gib, reserve)
     if args.json:
-        print(json.dumps({"plan": str(work.plan), "framework": work.plan.framework.name, **est.to_json()}, indent=1))
+        print(json.dumps({"plan": str(work.plan), "framework": work.plan.framework.name, **est.to_json(),
+                          "memory_fit": fit}, indent=1))
     else:
-        print(render(est, work.plan))
+        print(render(est, work.plan, fit))
     return 0

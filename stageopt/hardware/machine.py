@@ -23,6 +23,7 @@ from typing import Literal
 from stageopt.errors import ConfigError
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
 from stageopt.hardware.efficiency import GpuEfficiency
+from stageopt.hardware.headroom import default_reserve_gib
 from stageopt.inputs.schema import bounds, check_fields
 
 DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
@@ -60,9 +61,15 @@ class Gpu:
     hbm_gib: float = field(metadata=bounds(gt=0))
     hbm_gbps: float = field(metadata=bounds(gt=0))
     efficiency: GpuEfficiency
+    reserve_gib: float | None = field(default=None, metadata=bounds(
+        ge=0, doc="HBM kept free per GPU (CUDA context, NCCL, allocator); null: stageopt.hardware.headroom default"))
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    def memory_reserve_gib(self) -> float:
+        """HBM kept free for what is not the plan's tensors (see :mod:`stageopt.hardware.headroom`)."""
+        return self.reserve_gib if self.reserve_gib is not None else default_reserve_gib(self.hbm_gib)
 
     def peak(self, dtype: DType = "bf16") -> float:
         """Dense peak TFLOP/s for ``dtype``; a ConfigError if the GPU lacks it."""

@@ -25,7 +25,7 @@ from stageopt.search.plots import ReportFiles, write_plots
 
 PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "zero", "recompute", "sp", "schedule")
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "model_tflops_per_gpu", "peak_memory_gib", "hbm_gib",
-                  "usd_per_gpu_hour", "usd_per_mtok")
+                  "reserve_gib", "free_gib", "usd_per_gpu_hour", "usd_per_mtok")
 
 
 def stored_outcomes(study: optuna.Study) -> list[Outcome]:
@@ -69,17 +69,21 @@ def render_table(best: Sequence[Outcome], objectives: tuple[Objective, ...]) -> 
     """The best plan(s): time, memory, MFU, cost and the time breakdown, as fixed-width text."""
     if not best:
         return "no feasible plan was simulated"
-    lines = [f"{'#':>2}  {'time s':>8} {'mem GiB':>8} {'MFU':>6} {'tok/s':>11} {'$/Mtok':>7}  plan / hardware"]
+    lines = [f"{'#':>2}  {'time s':>8} {'mem GiB':>8} {'free':>6} {'MFU':>6} {'tok/s':>11} {'$/Mtok':>7}  "
+             "plan / hardware"]
     for i, o in enumerate(best, 1):
         r = o.record
-        lines.append(f"{i:>2}  {r['iteration_time_s']:8.3f} {r['peak_memory_gib']:8.1f} {r['mfu']:6.1%} "
+        free = r.get("free_gib", r["hbm_gib"] - r["peak_memory_gib"])
+        lines.append(f"{i:>2}  {r['iteration_time_s']:8.3f} {r['peak_memory_gib']:8.1f} {free:6.1f} {r['mfu']:6.1%} "
                      f"{r['tokens_per_s']:11,.0f} {r['usd_per_mtok']:7.3f}  {r['plan']}  [{r['hardware']}, "
                      f"{r['gpus']} GPUs]")
     top = best[0].record
     parts = "  ".join(f"{k} {v:.3f}" for k, v in top["time_breakdown_s"].items() if v)
     mem = "  ".join(f"{k} {v:.1f}" for k, v in top["memory_breakdown_gib"].items())
     lines.append(f"    time breakdown (s): {parts}")
-    lines.append(f"    memory (GiB): {mem}  of {top['hbm_gib']:g}")
+    reserve = top.get("reserve_gib", 0.0)
+    lines.append(f"    memory (GiB): {mem}  of {top['hbm_gib']:g} (reserve {reserve:.1f}, free "
+                 f"{top.get('free_gib', top['hbm_gib'] - top['peak_memory_gib']):.1f})")
     return "\n".join(lines)
 
 

@@ -1,22 +1,44 @@
 """Candidate: the (plan, GPU count, hardware) a trial's choices stand for, in canonical form.
 
-Why canonical: samplers propose choices that mean the same plan (vpp under a
-non-interleaved schedule, sp with tp=1, ZeRO with dp=1); mapping them to one
-plan makes repeats cache hits that cost nothing, and the canonical string is the
-cache key. Choices that cannot run (divisibility, degrees that do not multiply to
-the GPU count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
+Why canonical: samplers and the census meet choices that mean the same plan;
+mapping them to one plan makes repeats cache hits that cost nothing (and keeps
+the census from scoring one plan twice); the canonical string is the cache key.
+Rules 3, 4, 6 and 7 merge plans whose every simulated number is provably the
+same (``tests/search/test_canonical.py`` checks each against the analytical
+model and the event replay); rules 1, 2 and 5 give a choice that has no meaning
+its only meaning:
+
+1. ``vpp`` means nothing unless the schedule is interleaved with pp > 1: vpp=1.
+2. ``schedule=interleaved`` with vpp=1 is 1F1B: interleaving needs more than one
+   model chunk per stage (Megatron builds the interleaved schedule only for a
+   virtual pipeline size above 1): schedule=1f1b. It has the same time and no
+   more memory.
+3. With pp=1 there is no pipeline: every schedule is the same, schedule=1f1b.
+4. GPipe and 1F1B with a single micro-batch run the same order (F then B on
+   every stage): schedule=1f1b.
+5. ZeRO shards over data x context parallelism; with dp*cp = 1 there is nothing to
+   shard: zero=0.
+6. Sequence parallelism and TP-communication overlap need TP: with tp=1, sp=off and
+   tp_overlap=off (the plan already drops sp itself).
+7. With flash attention (the stack's, else the model's), selective recompute has
+   nothing to drop (the score matrix is never stored): recompute=selective is none.
+
+Choices that cannot run (divisibility, degrees that do not multiply to the GPU
+count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stageopt.errors import InfeasiblePlan
 from stageopt.hardware import Hardware, apply_hw_overrides, load_hardware
+from stageopt.model.spec import ModelSpec
 from stageopt.parallel.feasibility import validate_plan
 from stageopt.parallel.plan import Plan
-from stageopt.search.dimensions import HW_SET_KEYS, Value
+from stageopt.search.dimensions import HW_ALIASES, PLAN_DIMS, Value
 from stageopt.search.space import SearchSpace
 
 
@@ -27,27 +49,36 @@ class Candidate:
     plan: Plan
     gpus: int
     hw_key: str
+    model: ModelSpec
 
     @property
     def key(self) -> str:
-        return f"{self.hw_key} | gpus={self.gpus} | {self.plan}"
+        text = str(self.plan)
+        shown = {item.split("=", 1)[0] for item in text.split()}
+        hidden = [f"{f.name}={getattr(self.plan, f.name)}" for f in dataclasses.fields(self.plan)
+                  if f.name not in shown]  # plan fields its text leaves out still tell plans apart
+        return " ".join([f"{self.hw_key} | gpus={self.gpus} | {text}", *hidden, f"seq={self.model.seq}"])
 
 
 class HardwareCatalog:
-    """Builds (once per run) the Hardware and price of each hardware choice of a space.
+    """Builds (once per run) the Hardware, memory reserve and price of each hardware choice of a space.
 
     Why an object and not a module cache: it lives as long as one search and is
     dropped with it (no class-level cache that grows in a long-lived worker).
+    ``reserve_gib`` (the CLI's ``--reserve-gib``) overrides the space's, which
+    overrides the hardware file's ``gpu.reserve_gib`` (default: stageopt.hardware.headroom).
     """
 
-    def __init__(self, space: SearchSpace) -> None:
+    def __init__(self, space: SearchSpace, reserve_gib: float | None = None) -> None:
         self.space = space
+        self.reserve_override = reserve_gib if reserve_gib is not None else space.reserve_gib
         self._built: dict[str, tuple[Hardware, float]] = {}
         self._base = apply_hw_overrides(load_hardware(space.hardware), space.hw_set)
 
     def key_for(self, values: Mapping[str, Value]) -> str:
         preset = str(values.get("hardware", self.space.hardware))
-        extra = [f"{HW_SET_KEYS[name]}={values[name]:g}" for name in HW_SET_KEYS if name in values]
+        extra = [f"{HW_ALIASES.get(d.name, d.name)}={_text(values[d.name])}" for d in self.space.hw_dims
+                 if d.name != "hardware" and d.name in values]
         return " ".join([preset, *self.space.hw_set, *extra])
 
     def get(self, key: str) -> Hardware:
@@ -57,6 +88,16 @@ class HardwareCatalog:
         """USD per GPU-hour of this hardware choice under the space's cost model."""
         return self._entry(key)[1]
 
+    def reserve(self, key: str) -> float:
+        """GiB per GPU kept free (CUDA context, NCCL buffers, allocator slack) on this hardware."""
+        if self.reserve_override is not None:
+            return self.reserve_override
+        return self.get(key).gpu.memory_reserve_gib()
+
+    def usable_gib(self, key: str) -> float:
+        """HBM a plan's tensors may use on this hardware: capacity minus the reserve."""
+        return self.get(key).gpu.hbm_gib - self.reserve(key)
+
     def _entry(self, key: str) -> tuple[Hardware, float]:
         if key not in self._built:
             preset, *overrides = key.split()
@@ -65,20 +106,42 @@ class HardwareCatalog:
         return self._built[key]
 
 
+def _text(value: Value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def canonical(values: Mapping[str, Value], gpus: int, attention: str) -> dict[str, Value]:
+    """The plan fields of ``values`` with the rules of this module's docstring applied."""
+    v = {name: values[name] for name in PLAN_DIMS}
+    tp, cp, pp = int(v["tp"]), int(v["cp"]), int(v["pp"])  # type: ignore[arg-type]
+    dp = gpus // (tp * cp * pp)
+    if pp == 1 or v["schedule"] != "interleaved" or v["vpp"] == 1:
+        v["vpp"] = 1
+        if pp == 1 or v["schedule"] == "interleaved":
+            v["schedule"] = "1f1b"
+    if v["schedule"] == "gpipe" and int(values["gbs"]) == int(v["mbs"]) * dp:  # type: ignore[arg-type]
+        v["schedule"] = "1f1b"
+    if dp * cp == 1 and v["zero"] is not None:
+        v["zero"] = 0
+    if tp == 1:
+        v["sp"] = False if v["sp"] is not None else None
+        v["tp_overlap"] = False if v["tp_overlap"] is not None else None
+    if attention == "flash" and v["recompute"] == "selective":
+        v["recompute"] = "none"
+    return v
+
+
 def make_candidate(space: SearchSpace, catalog: HardwareCatalog, values: Mapping[str, Value]) -> Candidate:
     """Turn a trial's choices into a valid, canonical candidate, or raise InfeasiblePlan."""
-    gpus = int(values["gpus"])
-    tp, cp, pp = int(values["tp"]), int(values["cp"]), int(values["pp"])
+    gpus = int(values["gpus"])  # type: ignore[arg-type]
+    tp, cp, pp = int(values["tp"]), int(values["cp"]), int(values["pp"])  # type: ignore[arg-type]
     if gpus % (tp * cp * pp):
         raise InfeasiblePlan(f"tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide gpus={gpus}")
-    dp = gpus // (tp * cp * pp)
-    schedule, vpp = str(values["schedule"]), int(values["vpp"])
-    if pp == 1 or schedule != "interleaved" or vpp == 1:
-        vpp = 1
-        schedule = "1f1b" if pp == 1 or schedule == "interleaved" else schedule
-    zero = int(values["zero"]) if dp > 1 else 0
-    plan = Plan(tp=tp, cp=cp, pp=pp, dp=dp, ep=int(values["ep"]), vpp=vpp, mbs=int(values["mbs"]),
-                gbs=space.gbs, zero=zero, recompute=str(values["recompute"]), sp=bool(values["sp"]),
-                schedule=schedule)
-    validate_plan(plan, space.model, gpus)
-    return Candidate(plan=plan, gpus=gpus, hw_key=catalog.key_for(values))
+    model = space.models_by_seq[int(values["seq"])]  # type: ignore[arg-type]
+    framework = space.frameworks[str(values["framework"])]
+    attention = framework.attention if framework.attention is not None else model.attention
+    fields = canonical(values, gpus, attention)
+    plan = Plan(dp=gpus // (tp * cp * pp), gbs=int(values["gbs"]), framework=framework,  # type: ignore[arg-type]
+                **fields)  # type: ignore[arg-type]
+    validate_plan(plan, model, gpus)
+    return Candidate(plan=plan, gpus=gpus, hw_key=catalog.key_for(values), model=model)

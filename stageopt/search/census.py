@@ -1,129 +1,204 @@
-"""Enumerate a space's plans and screen them analytically: feasible count, empty-space diagnosis, ranking.
+"""The census: every valid canonical plan of a space, scored by the analytical model in vectorized passes.
 
-Why before searching: the analytical model scores ~40,000 plans/s, so for every
-shipped space the whole candidate set is screened in about a second. That lets
-the search (1) refuse a space with no feasible plan at once and say why ("no plan
-fits 80 GiB: smallest needs 112 GiB at tp=8 pp=16"), (2) stop when every feasible
-plan has been simulated, (3) with ``--screen analytical``, hand an expensive
-backend the most promising plans first, and (4) give the exact optimum of the
-analytical model for checks (``exhaustive_best``). Spaces too large to enumerate
-are screened on a seeded random sample, and the count is then a lower bound.
+Why first: the analytical model scores tens of thousands of plans per second, so
+for an enumerable space the census *is* the answer under that model: the exact
+optimum, the exact top-k and the exact Pareto front (``stageopt search`` with the
+analytical backend returns them and samples nothing). For an expensive backend
+it ranks every plan so the budget goes where it matters
+(:mod:`stageopt.search.confirm`); for co-design it gives each hardware candidate
+its best plan (:mod:`stageopt.search.outer`). It also lets the search refuse a
+space with no feasible plan at once and say why. Spaces above ``MAX_ENUMERATE``
+combinations are scored on a seeded random sample (``exhaustive`` is then False).
+
+Scores are kept as arrays; :class:`~stageopt.search.objective.Outcome` records are
+built only for the plans someone asks about (a 10^5-plan census stays fast).
 """
 
 from __future__ import annotations
 
-import itertools
-import random
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from stageopt.errors import ConfigError, StageoptError
-from stageopt.search.candidate import Candidate, HardwareCatalog, make_candidate
+from stageopt.errors import ConfigError
+from stageopt.search.candidate import Candidate, HardwareCatalog
+from stageopt.search.census_grid import enumerate_space, flat_indices
 from stageopt.search.dimensions import Value
-from stageopt.search.executors import analytical_estimates
-from stageopt.search.objective import OK, Objective, Outcome, estimate_outcome
+from stageopt.search.objective import Objective, Outcome, estimate_outcome
+from stageopt.search.progress import Progress
+from stageopt.search.ranking import preferred_order, simplicity_columns
 from stageopt.search.space import SearchSpace
+from stageopt.sim.analytical import estimate_from_row
+from stageopt.sim.analytical_batch import evaluate_plans
 
-MAX_ENUMERATE = 400_000
+MAX_ENUMERATE = 2_000_000  # combinations scored exactly; larger spaces are sampled
+SAMPLE = 200_000  # combinations scored when the space is larger
+EVAL_CHUNK = 8192  # plans per vectorized call (progress granularity)
+BREAKDOWN = ("t_compute", "t_tp", "t_cp", "t_ep", "t_p2p", "t_bubble", "t_dp", "t_optimizer")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass
 class Census:
-    """Screened candidates of a space (feasible ones first-class) and how complete the list is."""
+    """Scored candidates of a space (row i is ``cands[i]``) and how complete the list is."""
 
+    space: SearchSpace
+    catalog: HardwareCatalog
     combos: int
     exhaustive: bool
-    choices: dict[str, dict[str, Value]]  # key -> one choice dict that produces it
-    outcomes: dict[str, Outcome]  # key -> analytical outcome (valid candidates only)
+    cands: list[Candidate]
+    choices_list: list[dict[str, Value]]
     invalid_reasons: Counter
+    merged: int
+    arrays: dict[str, np.ndarray]
+    _rows: list[tuple[dict, int]] = field(repr=False, default_factory=list)  # (batch result, row in it)
+    _outcomes: dict[int, Outcome] = field(repr=False, default_factory=dict)
+    _index: dict[str, int] = field(repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._index = {c.key: i for i, c in enumerate(self.cands)}
+
+    # ------------------------------------------------------------------ lookups
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._index
+
+    def __len__(self) -> int:
+        return len(self.cands)
+
+    @property
+    def choices(self) -> dict[str, dict[str, Value]]:
+        """Candidate key -> the first combination of dimension values that produces it."""
+        return {c.key: ch for c, ch in zip(self.cands, self.choices_list)}
+
+    @property
+    def feasible_mask(self) -> np.ndarray:
+        return self.arrays["free_gib"] >= 0
+
+    @property
+    def n_feasible(self) -> int:
+        return int(self.feasible_mask.sum())
+
+    def outcome(self, key_or_row: str | int) -> Outcome:
+        """The analytical outcome of one candidate (built on first use)."""
+        row = self._index[key_or_row] if isinstance(key_or_row, str) else int(key_or_row)
+        if row not in self._outcomes:
+            result, r = self._rows[row]
+            cand = self.cands[row]
+            hw = self.catalog.get(cand.hw_key)
+            self._outcomes[row] = estimate_outcome(cand, estimate_from_row(result, r, hw), hw.gpu.hbm_gib,
+                                                   self.catalog.price(cand.hw_key), "analytical",
+                                                   self.catalog.reserve(cand.hw_key))
+        return self._outcomes[row]
 
     @property
     def feasible(self) -> list[Outcome]:
-        return [o for o in self.outcomes.values() if o.status == OK]
+        """Every feasible outcome (builds a record per plan: for checks, not for large censuses)."""
+        return [self.outcome(int(i)) for i in np.flatnonzero(self.feasible_mask)]
 
-    def ranked(self, objectives: tuple[Objective, ...]) -> list[Outcome]:
-        """Feasible outcomes by Pareto rank, then by the first objective."""
-        feas = self.feasible
-        if not feas:
+    # ------------------------------------------------------------------ rankings
+
+    def objective_matrix(self, objectives: Sequence[Objective], rows: np.ndarray) -> np.ndarray:
+        """Objective values of ``rows``, signed so that every column is minimized."""
+        cols = [self.arrays[o.field][rows] * (1.0 if o.direction == "minimize" else -1.0) for o in objectives]
+        return np.stack(cols, axis=1) if cols else np.zeros((len(rows), 0))
+
+    def ranked_rows(self, objectives: Sequence[Objective], feasible_only: bool = True) -> np.ndarray:
+        """Rows best first: Pareto front first, then the first objective, then memory, then simplicity."""
+        rows = np.flatnonzero(self.feasible_mask) if feasible_only else np.arange(len(self.cands))
+        if rows.size == 0:
+            return rows
+        plans = [plan_fields(self.cands[i]) for i in rows]
+        order = preferred_order(self.objective_matrix(objectives, rows), self.arrays["peak_memory_gib"][rows],
+                                simplicity_columns(plans), [self.cands[i].key for i in rows])
+        return rows[order]
+
+    def ranked(self, objectives: Sequence[Objective], top: int | None = None) -> list[Outcome]:
+        """Feasible outcomes best first (at most ``top``)."""
+        return [self.outcome(int(i)) for i in self.ranked_rows(objectives)[:top]]
+
+    def front(self, objectives: Sequence[Objective]) -> list[Outcome]:
+        """The exact Pareto front (one best plan for a single objective), in preferred order."""
+        rows = self.ranked_rows(objectives)
+        if rows.size == 0:
             return []
-        signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in objectives])
-        values = np.array([o.values(objectives) for o in feas]) * signs
-        ranks = pareto_ranks(values)
-        order = np.lexsort((values[:, 0], ranks))
-        return [feas[i] for i in order]
+        if len(objectives) == 1:
+            return [self.outcome(int(rows[0]))]
+        from stageopt.search.ranking import non_dominated
+
+        mask = non_dominated(self.objective_matrix(objectives, rows))
+        return [self.outcome(int(i)) for i in rows[mask]]
 
 
-def pareto_ranks(values: np.ndarray) -> np.ndarray:
-    """Non-domination rank (0 = Pareto front) of each row, all columns minimized."""
-    n = len(values)
-    ranks = np.full(n, -1)
-    if values.shape[1] == 1:
-        return np.zeros(n, dtype=int)
-    remaining = np.arange(n)
-    rank = 0
-    while remaining.size:
-        sub = values[remaining]
-        dominated = np.zeros(len(sub), dtype=bool)
-        for i in range(len(sub)):
-            le = np.all(sub <= sub[i], axis=1) & np.any(sub < sub[i], axis=1)
-            dominated[i] = le.any()
-        ranks[remaining[~dominated]] = rank
-        remaining = remaining[dominated]
-        rank += 1
-    return ranks
+def plan_fields(cand: Candidate) -> dict:
+    """The plan fields rankings and models read, as a plain dict."""
+    p = cand.plan
+    return {"tp": p.tp, "cp": p.cp, "pp": p.pp, "ep": p.ep, "vpp": p.vpp, "dp": p.dp, "zero": p.zero,
+            "recompute": p.recompute, "schedule": p.schedule, "mbs": p.mbs, "gbs": p.gbs}
 
 
-def take_census(space: SearchSpace, catalog: HardwareCatalog, seed: int = 0) -> Census:
-    """Enumerate (or sample) the space, keep valid candidates, screen them with the analytical model."""
-    dims = space.dims
-    names = [d.name for d in dims]
+def take_census(space: SearchSpace, catalog: HardwareCatalog, seed: int = 0, progress: bool = False) -> Census:
+    """Enumerate (or sample) the space, keep valid canonical candidates, score them analytically."""
+    if not space.enumerable:
+        raise ConfigError(f"space {space.name}: continuous hardware ranges cannot be enumerated; "
+                          "the census covers the plan part per hardware candidate")
     total = space.size()
     exhaustive = total <= MAX_ENUMERATE
-    if exhaustive:
-        combos = itertools.product(*[d.values for d in dims])
-    else:
-        rng = random.Random(seed)
-        combos = (tuple(rng.choice(d.values) for d in dims) for _ in range(MAX_ENUMERATE))
-    cands: dict[str, Candidate] = {}
-    choices: dict[str, dict[str, Value]] = {}
-    reasons: Counter = Counter()
-    for combo in combos:
-        chosen = dict(zip(names, combo))
-        try:
-            cand = make_candidate(space, catalog, space.complete(chosen))
-        except StageoptError as err:
-            reasons[_rule(str(err))] += 1
-            continue
-        if cand.key not in cands:
-            cands[cand.key] = cand
-            choices[cand.key] = chosen
-    keys = list(cands)
-    estimates = analytical_estimates(space.model, catalog, [cands[k] for k in keys]) if keys else []
-    outcomes = {k: estimate_outcome(cands[k], est, catalog.get(cands[k].hw_key).gpu.hbm_gib,
-                                    catalog.price(cands[k].hw_key), "analytical")
-                for k, est in zip(keys, estimates)}
-    return Census(combos=total, exhaustive=exhaustive, choices=choices, outcomes=outcomes, invalid_reasons=reasons)
+    sample, count = flat_indices(total, MAX_ENUMERATE if exhaustive else SAMPLE, seed)
+    with Progress(count, "census: enumerate", "combinations", enabled=progress) as bar:
+        found = enumerate_space(space, catalog, sample, count, bar)
+    arrays, rows = _score(found.cands, catalog, progress)
+    return Census(space=space, catalog=catalog, combos=total, exhaustive=exhaustive, cands=found.cands,
+                  choices_list=found.choices, invalid_reasons=found.invalid_reasons, merged=found.merged,
+                  arrays=arrays, _rows=rows)
 
 
-def _rule(message: str) -> str:
-    """The rule an InfeasiblePlan message names, without its numbers, for counting."""
-    text = message.removeprefix("plan: ")
-    return text.split(";")[0]
+def _score(cands: list[Candidate], catalog: HardwareCatalog,
+           progress: bool) -> tuple[dict[str, np.ndarray], list[tuple[dict, int]]]:
+    """Vectorized analytical scores per (hardware, model) group, in chunks, back in candidate order."""
+    n = len(cands)
+    names = ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "hbm_gib", "reserve_gib",
+             "usd_per_gpu_hour", "gpus", *BREAKDOWN)
+    arrays = {k: np.zeros(n) for k in names}
+    rows: list[tuple[dict, int]] = [({}, 0)] * n
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, c in enumerate(cands):
+        groups.setdefault((c.hw_key, c.model.seq), []).append(i)
+    with Progress(n, "census: score", "plans", enabled=progress) as bar:
+        for (hw_key, _), index in groups.items():
+            hw = catalog.get(hw_key)
+            for start in range(0, len(index), EVAL_CHUNK):
+                part = index[start:start + EVAL_CHUNK]
+                result = evaluate_plans(cands[part[0]].model, hw, [cands[i].plan for i in part])
+                idx = np.asarray(part)
+                for key, src in (("iteration_time_s", "iteration_time_s"), ("tokens_per_s", "tokens_per_s"),
+                                 ("mfu", "mfu"), ("peak_memory_gib", "mem_total"), *((k, k) for k in BREAKDOWN)):
+                    arrays[key][idx] = result[src]
+                arrays["hbm_gib"][idx] = hw.gpu.hbm_gib
+                arrays["reserve_gib"][idx] = catalog.reserve(hw_key)
+                arrays["usd_per_gpu_hour"][idx] = catalog.price(hw_key)
+                arrays["gpus"][idx] = [cands[i].gpus for i in part]
+                for r, i in enumerate(part):
+                    rows[i] = (result, r)
+                bar.update(len(part))
+    arrays["free_gib"] = arrays["hbm_gib"] - arrays["reserve_gib"] - arrays["peak_memory_gib"]
+    arrays["usd_per_mtok"] = arrays["gpus"] * arrays["usd_per_gpu_hour"] / 3600.0 / np.maximum(
+        arrays["tokens_per_s"], 1e-300) * 1e6
+    return arrays, rows
 
 
 def require_feasible(census: Census, space: SearchSpace) -> None:
     """Raise a one-line ConfigError saying why no plan of the space can run."""
-    if census.feasible:
+    if census.n_feasible:
         return
-    scope = "" if census.exhaustive else f" (in a sample of {MAX_ENUMERATE:,} combinations)"
-    if not census.outcomes:
+    scope = "" if census.exhaustive else f" (in a sample of {SAMPLE:,} combinations)"
+    if not len(census):
         rule, count = census.invalid_reasons.most_common(1)[0] if census.invalid_reasons else ("?", 0)
         raise ConfigError(f"space {space.name}: no valid plan{scope}: all {census.combos:,} combinations break a "
                           f"rule, most often '{rule}' ({count:,}); widen plan choices or change gpus/global_batch")
-    smallest = min(census.outcomes.values(), key=lambda o: o.record["peak_memory_gib"] - o.record["hbm_gib"])
-    rec = smallest.record
-    raise ConfigError(f"space {space.name}: no plan fits {rec['hbm_gib']:g} GiB{scope}: smallest needs "
-                      f"{rec['peak_memory_gib']:.0f} GiB at {rec['plan']} on {rec['hardware']}; allow larger "
-                      "tp/pp/cp, zero or recompute=full, or more GPUs/HBM")
+    rec = census.outcome(int(np.argmax(census.arrays["free_gib"]))).record
+    raise ConfigError(f"space {space.name}: no plan fits {rec['hbm_gib']:g} GiB with a {rec['reserve_gib']:.1f} GiB "
+                      f"reserve{scope}: smallest needs {rec['peak_memory_gib']:.0f} GiB at {rec['plan']} on "
+                      f"{rec['hardware']}; allow larger tp/pp/cp, zero or recompute=full, more GPUs/HBM, "
+                      "or a smaller --reserve-gib")

@@ -4,11 +4,20 @@ Why apart from the space reader: candidates, the census and the loop work with
 dimensions and values; only :mod:`stageopt.search.space` reads YAML.
 
 Every dimension is suggested to Optuna over the same fixed range in every trial
-(:meth:`Dimension.suggest`), so samplers see a static space.
+(:meth:`Dimension.suggest`), so samplers see a static space. A :class:`Dimension`
+lists its values (enumerable: the census can score every combination); a
+:class:`Range` is a continuous or integer interval of a hardware field
+(bandwidth, HBM capacity, ...), searched by Optuna around exact plan censuses.
+
+Plan fields are read from :class:`stageopt.parallel.plan.Plan` itself
+(:func:`plan_fields`), so a field or schedule added there is searchable with no
+change here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Union
@@ -17,16 +26,60 @@ import optuna
 
 from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
+from stageopt.parallel.plan import DTYPES, RECOMPUTE, SCHEDULES, Plan
 
-Value = Union[int, float, str, bool]
+Value = Union[int, float, str, bool, None]
 
-PLAN_DIMS = ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
-PLAN_DEFAULTS: dict[str, Value] = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 0,
-                                   "recompute": "none", "sp": False, "schedule": "1f1b"}
-HW_DIMS = ("hardware", "node_gpus", "scaleout_gbps", "hbm_gib")
-HW_SET_KEYS = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib"}
+# Plan fields a space does not search directly: dp is derived (gpus / (tp*cp*pp)); the global
+# batch is training.global_batch; the software stack is the space's ``framework`` key.
+NOT_PLAN_DIMS = ("dp", "gbs", "framework")
+CHOICES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": tuple(DTYPES),
+                                       "grad_dtype": tuple(DTYPES)}
+HW_ALIASES = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib",
+              "reserve_gib": "gpu.reserve_gib"}
 OBJECTIVES = ("time", "throughput", "cost", "mfu")
 BACKENDS = ("analytical", "replay", "astra-sim")
+
+
+def plan_fields() -> dict[str, Any]:
+    """Searchable plan fields and their annotations, read from the Plan dataclass."""
+    hints = typing.get_type_hints(Plan)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Plan) if f.name not in NOT_PLAN_DIMS}
+
+
+PLAN_DIMS = tuple(plan_fields())
+PLAN_DEFAULTS: dict[str, Value] = {f.name: f.default for f in dataclasses.fields(Plan)  # type: ignore[misc]
+                                   if f.name in PLAN_DIMS}
+
+
+def plan_value(name: str, item: Any, where: str) -> Value:
+    """One value of plan field ``name`` as the space file wrote it, checked against the field's type."""
+    tp = plan_fields()[name]
+    optional = type(None) in typing.get_args(tp)
+    if item is None or (isinstance(item, str) and item.lower() in ("default", "null", "none") and name not in CHOICES):
+        if optional:
+            return None  # the framework profile's default
+        raise ConfigError(f"{where}: {item!r} is not allowed; {name} has no framework default, give a value")
+    base = tp if not optional else next(a for a in typing.get_args(tp) if a is not type(None))
+    if base is bool:
+        if isinstance(item, str) and item.lower() in ("on", "off", "true", "false"):
+            item = item.lower() in ("on", "true")
+        if not isinstance(item, bool):
+            raise ConfigError(f"{where}: {item!r} is not on/off")
+        return item
+    if base is int:
+        low = 0 if name == "zero" else 1
+        if isinstance(item, bool) or not isinstance(item, int) or item < low:
+            kind = "a ZeRO stage 0, 1, 2 or 3" if name == "zero" else "a positive integer"
+            raise ConfigError(f"{where}: {item!r} is not {kind}")
+        if name == "zero" and item > 3:
+            raise ConfigError(f"{where}: {item!r} is not a ZeRO stage 0, 1, 2 or 3")
+        return item
+    if name in CHOICES and item not in CHOICES[name]:
+        raise ConfigError(f"{where}: {item!r} is not one of {', '.join(CHOICES[name])}")
+    if not isinstance(item, str):
+        raise ConfigError(f"{where}: {item!r} is not a name")
+    return item
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,6 +93,8 @@ class Dimension:
 
     name: str
     values: tuple[Value, ...]
+
+    enumerable = True
 
     @property
     def log2(self) -> bool:
@@ -77,6 +132,47 @@ class Dimension:
         if value not in self.values:
             raise ConfigError(f"{self.name}={value} is not in the space's values {list(self.values)}")
         return int(value).bit_length() - 1 if self.log2 else value  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Range:
+    """A continuous (or integer) interval of a hardware field: searched by Optuna, never enumerated."""
+
+    name: str
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+    integer: bool = False
+
+    enumerable = False
+
+    @property
+    def param(self) -> str:
+        return self.name
+
+    @property
+    def values(self) -> tuple[Value, ...]:
+        raise ConfigError(f"{self.name} is a range [{self.low:g}, {self.high:g}], not a list; it cannot be enumerated")
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        if self.integer:
+            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log,
+                                                        step=int(self.step or 1))
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> Value:
+        if self.integer:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log, step=self.step)
+
+    def decode(self, params: Mapping[str, Any]) -> Value:
+        return params[self.name]
+
+    def encode(self, value: Value) -> Any:
+        if not isinstance(value, (int, float)) or not self.low <= value <= self.high:
+            raise ConfigError(f"{self.name}={value} is outside the space's range [{self.low:g}, {self.high:g}]")
+        return value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

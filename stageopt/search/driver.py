@@ -31,10 +31,11 @@ from optuna.trial import TrialState
 from stageopt.errors import StageoptError
 from stageopt.search.cache import RESULT_ATTR, ResultCache, stored_result
 from stageopt.search.candidate import Candidate, HardwareCatalog, make_candidate
-from stageopt.search.census import Census, pareto_ranks
+from stageopt.search.census import Census
 from stageopt.search.dimensions import Value
 from stageopt.search.executors import RayExecutor, analytical_estimates
 from stageopt.search.objective import FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
+from stageopt.search.ranking import non_dominated, plan_fields_of_text, preferred_order, simplicity_columns
 from stageopt.search.refine import neighbours
 from stageopt.search.space import SearchSpace, encode_choices
 from stageopt.search.storage import CrashSafeJournal
@@ -87,7 +88,7 @@ class SearchLoop:
         self._exhausted = False
         self.target = config.budget
         if census is not None and census.exhaustive:  # stop when the space has nothing new to simulate
-            self.target = min(config.budget, len(census.outcomes) if executor is None else len(census.feasible))
+            self.target = min(config.budget, len(census) if executor is None else census.n_feasible)
 
     # ------------------------------------------------------------------ the loop
 
@@ -176,13 +177,14 @@ class SearchLoop:
         """
         if not self.config.refine or self.census is None or not self.census.exhaustive:
             return
-        untried = [k for k in self.census.choices
-                   if k not in self.cache and k not in self._proposed and k not in self._in_flight]
+        census = self.census
+        untried = [i for i, c in enumerate(census.cands)
+                   if c.key not in self.cache and c.key not in self._proposed and c.key not in self._in_flight]
         rng = np.random.default_rng(self.simulations)
         for i in rng.permutation(len(untried))[:limit]:
-            key = untried[int(i)]
-            self._proposed.add(key)
-            self.study.enqueue_trial(encode_choices(self.space, self.census.choices[key]), skip_if_exists=False)
+            row = untried[int(i)]
+            self._proposed.add(census.cands[row].key)
+            self.study.enqueue_trial(encode_choices(self.space, census.choices_list[row]), skip_if_exists=False)
 
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
@@ -223,11 +225,11 @@ class SearchLoop:
     def _screen(self, cands: list[Candidate]) -> list[Outcome]:
         """Analytical outcomes: from the census when it has them (already computed in one vectorized
         pass), otherwise one vectorized call for the batch."""
-        known = self.census.outcomes if self.census is not None else {}
-        todo = [c for c in cands if c.key not in known]
+        census = self.census
+        todo = [c for c in cands if census is None or c.key not in census]
         fresh = {c.key: self._outcome(c, est, "analytical")
-                 for c, est in zip(todo, analytical_estimates(self.space.model, self.catalog, todo))} if todo else {}
-        return [known[c.key] if c.key in known else fresh[c.key] for c in cands]
+                 for c, est in zip(todo, analytical_estimates(self.catalog, todo))} if todo else {}
+        return [fresh[c.key] if c.key in fresh else census.outcome(c.key) for c in cands]  # type: ignore[union-attr]
 
     def _collect(self, wait_all: bool) -> None:
         assert self.executor is not None
@@ -250,7 +252,8 @@ class SearchLoop:
 
     def _outcome(self, cand: Candidate, est: Estimate, backend: str) -> Outcome:
         hw = self.catalog.get(cand.hw_key)
-        return estimate_outcome(cand, est, hw.gpu.hbm_gib, self.catalog.price(cand.hw_key), backend)
+        return estimate_outcome(cand, est, hw.gpu.hbm_gib, self.catalog.price(cand.hw_key), backend,
+                                self.catalog.reserve(cand.hw_key))
 
     # ------------------------------------------------------------------ telling
 
@@ -285,23 +288,24 @@ class SearchLoop:
         return best_outcomes(self.cache.outcomes(), self.objectives, self.config.backend)
 
 
-def _feasible(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str):
-    """Feasible results of the backend, their objective values (all minimized) and Pareto ranks."""
-    unique = {o.key: o for o in outcomes if o.status == OK and o.record.get("backend") == backend}
-    feas = list(unique.values())
+def ranked_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str) -> list[Outcome]:
+    """Feasible results of the backend, best first: Pareto front, first objective, lower memory, simpler plan."""
+    feas = list({o.key: o for o in outcomes if o.status == OK and o.record.get("backend") == backend}.values())
+    if not feas:
+        return []
     signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in objectives])
     values = np.array([o.values(objectives) for o in feas]).reshape(len(feas), len(objectives)) * signs
-    return feas, values, pareto_ranks(values) if feas else np.zeros(0, dtype=int)
-
-
-def ranked_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str) -> list[Outcome]:
-    """Feasible results of the backend, best first: by Pareto rank, then the first objective."""
-    feas, values, ranks = _feasible(outcomes, objectives, backend)
-    return [feas[i] for i in np.lexsort((values[:, 0], ranks))] if feas else []
+    order = preferred_order(values, np.array([o.record["peak_memory_gib"] for o in feas]),
+                            simplicity_columns([plan_fields_of_text(o.record["plan"]) for o in feas]),
+                            [o.key for o in feas])
+    return [feas[i] for i in order]
 
 
 def best_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], backend: str) -> list[Outcome]:
-    """The best result (one objective) or the Pareto front (several), in order of the first objective."""
-    feas, values, ranks = _feasible(outcomes, objectives, backend)
-    order = [i for i in np.lexsort((values[:, 0], ranks)) if ranks[i] == 0] if feas else []
-    return [feas[i] for i in order][:1 if len(objectives) == 1 else None]
+    """The best result (one objective) or the Pareto front (several), in preferred order."""
+    ranked = ranked_outcomes(outcomes, objectives, backend)
+    if len(objectives) == 1 or not ranked:
+        return ranked[:1]
+    signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in objectives])
+    front = non_dominated(np.array([o.values(objectives) for o in ranked]) * signs)
+    return [o for o, on in zip(ranked, front) if on]

@@ -28,15 +28,15 @@ from stageopt.sim.analytical_batch import evaluate_plans
 from stageopt.sim.base import Estimate, Simulator
 
 
-def analytical_estimates(model: ModelSpec, catalog: HardwareCatalog, cands: Sequence[Candidate]) -> list[Estimate]:
-    """One vectorized analytical call per hardware choice; estimates in input order."""
+def analytical_estimates(catalog: HardwareCatalog, cands: Sequence[Candidate]) -> list[Estimate]:
+    """One vectorized analytical call per hardware choice and model; estimates in input order."""
     out: list[Estimate | None] = [None] * len(cands)
-    by_hw: dict[str, list[int]] = {}
+    groups: dict[tuple[str, int], list[int]] = {}
     for i, c in enumerate(cands):
-        by_hw.setdefault(c.hw_key, []).append(i)
-    for hw_key, index in by_hw.items():
+        groups.setdefault((c.hw_key, c.model.seq), []).append(i)
+    for (hw_key, _), index in groups.items():
         hw = catalog.get(hw_key)
-        result = evaluate_plans(model, hw, [cands[i].plan for i in index])
+        result = evaluate_plans(cands[index[0]].model, hw, [cands[i].plan for i in index])
         for row, i in enumerate(index):
             out[i] = estimate_from_row(result, row, hw)
     return out  # type: ignore[return-value]
@@ -85,7 +85,6 @@ class RayExecutor:
         self._ray = ray
         self._remote = ray.remote(num_cpus=1, max_retries=0)(run_in_temp_dir)
         self._simulator = ray.put(simulator)
-        self._model = ray.put(model)
         self._pending: dict[Any, _Task] = {}
 
     @property
@@ -93,7 +92,7 @@ class RayExecutor:
         return len(self._pending)
 
     def submit(self, tag: Any, cand: Candidate, hw: Hardware) -> None:
-        ref = self._remote.remote(self._simulator, self._model, cand.plan, cand.gpus, hw)
+        ref = self._remote.remote(self._simulator, cand.model, cand.plan, cand.gpus, hw)
         self._pending[ref] = _Task(tag=tag, started=time.monotonic())
 
     def poll(self, wait_all: bool = False) -> list[tuple[Any, Estimate | str]]:

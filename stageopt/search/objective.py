@@ -4,7 +4,8 @@ Why one place: the same candidate is told from a fresh simulation, from the
 cache and from storage on ``--resume``; building the values from one record
 keeps the three identical. Constraints follow Optuna's convention (<= 0 is
 feasible): ``valid`` is 0 for a plan that can run and ``INVALID_VIOLATION`` for
-one that breaks a divisibility rule; ``memory_gib`` is peak memory minus HBM.
+one that breaks a divisibility rule; ``memory_gib`` is peak memory plus the
+per-GPU reserve (CUDA context, NCCL, allocator slack) minus HBM, i.e. minus the free memory.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class Outcome:
     def constraints(self) -> dict[str, float]:
         if self.status == INVALID:
             return {"valid": INVALID_VIOLATION, "memory_gib": 0.0}
-        return {"valid": 0.0, "memory_gib": float(self.record["peak_memory_gib"]) - float(self.record["hbm_gib"])}
+        return {"valid": 0.0, "memory_gib": -float(self.record.get("free_gib", self.record["hbm_gib"]
+                                                                      - self.record["peak_memory_gib"]))}
 
 
 def base_record(cand: Candidate | None, key: str) -> dict[str, Any]:
@@ -76,17 +78,21 @@ def base_record(cand: Candidate | None, key: str) -> dict[str, Any]:
 
 
 def estimate_outcome(cand: Candidate, est: Estimate, hbm_gib: float, usd_per_gpu_hour: float,
-                     backend: str) -> Outcome:
-    """Outcome of a candidate that was estimated (by the cheap screen or by the backend)."""
+                     backend: str, reserve_gib: float = 0.0) -> Outcome:
+    """Outcome of a candidate that was estimated (by the cheap screen or by the backend).
+
+    It fits when peak memory plus the reserve is within HBM; ``free_gib`` is what is left.
+    """
     tokens_per_s = est.tokens_per_s
     record = base_record(cand, cand.key)
     record.update(
         backend=backend, iteration_time_s=est.iteration_time_s, tokens_per_s=tokens_per_s,
         model_tflops_per_gpu=est.model_tflops_per_gpu, mfu=est.mfu, peak_memory_gib=est.peak_memory_gib,
-        hbm_gib=hbm_gib, usd_per_gpu_hour=usd_per_gpu_hour,
+        hbm_gib=hbm_gib, reserve_gib=reserve_gib, free_gib=hbm_gib - reserve_gib - est.peak_memory_gib,
+        usd_per_gpu_hour=usd_per_gpu_hour,
         usd_per_mtok=cand.gpus * usd_per_gpu_hour / 3600.0 / tokens_per_s * 1e6,
         memory_breakdown_gib=dict(est.memory_breakdown_gib), time_breakdown_s=dict(est.time_breakdown_s))
-    return Outcome(OK if est.peak_memory_gib <= hbm_gib else OOM, record)
+    return Outcome(OK if record["free_gib"] >= 0 else OOM, record)
 
 
 def invalid_outcome(key: str, reason: str) -> Outcome:

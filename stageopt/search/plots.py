@@ -79,7 +79,7 @@ def _history(plt, trials: list[optuna.trial.FrozenTrial], objectives: tuple[Obje
 
 def _pareto(plt, trials: list[optuna.trial.FrozenTrial], objectives: tuple[Objective, ...]):
     """Objective 1 vs 2 (or time vs peak memory for one objective), the non-dominated points highlighted."""
-    from stageopt.search.census import pareto_ranks
+    from stageopt.search.ranking import pareto_ranks
 
     recs = [t.user_attrs[RESULT_ATTR] for t in trials]
     if len(objectives) >= 2:

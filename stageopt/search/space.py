@@ -22,60 +22,85 @@ from typing import Any
 import optuna
 
 from stageopt.errors import ConfigError
-from stageopt.hardware import apply_hw_overrides, list_hardware_presets, load_hardware
+from stageopt.frameworks import FrameworkProfile, load_profile
 from stageopt.inputs.schema import load_yaml_mapping
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
-from stageopt.parallel.plan import RECOMPUTE, SCHEDULES
 from stageopt.search.dimensions import (
     BACKENDS,
-    HW_DIMS,
     OBJECTIVES,
     PLAN_DEFAULTS,
     PLAN_DIMS,
     CostModel,
     Dimension,
     Value,
+    plan_value,
+)
+from stageopt.search.space_checks import check_plan_choices
+from stageopt.search.space_hardware import Dim, cost_model, hw_dims
+from stageopt.search.space_readers import (
+    check_keys,
+    int_list,
+    mapping,
+    nonneg_float,
+    str_list,
+    text,
 )
 
 SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 DEFAULT_SPACE = "default"
 
-_TOP_KEYS = ("name", "description", "model", "model_set", "cluster", "training", "plan", "codesign", "cost",
-             "objectives", "backend", "screen")
-_CLUSTER_KEYS = ("gpus", "hardware", "hw_set")
+_TOP_KEYS = ("name", "description", "model", "model_set", "cluster", "training", "framework", "plan", "codesign",
+             "cost", "objectives", "backend", "screen")
+_CLUSTER_KEYS = ("gpus", "hardware", "hw_set", "reserve_gib")
 _TRAINING_KEYS = ("global_batch", "seq")
-_COST_KEYS = ("gpu_hour_usd", "node_gpus_usd_per_gpu_hour", "scaleout_usd_per_gbps_per_gpu_hour",
-              "hbm_usd_per_gib_per_gpu_hour")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SearchSpace:
-    """What one study searches: fixed model/batch, searched plan (and hardware) dimensions, objectives."""
+    """What one study searches: the plan part (plan fields, global batch, sequence length, framework)
+    and the hardware part (GPU count, presets, any hardware field), with objectives and prices.
+
+    ``plan_dims`` are enumerable; ``hw_dims`` may hold continuous :class:`Range` s, in which case
+    the space is searched as an outer loop over hardware (see :mod:`stageopt.search.outer`).
+    """
 
     name: str
     description: str
     source: str
     model_source: str
     model_set: tuple[str, ...]
-    model: ModelSpec
+    model: ModelSpec  # at the first sequence length; models_by_seq has the others
+    models_by_seq: Mapping[int, ModelSpec]
+    frameworks: Mapping[str, FrameworkProfile]
     gpus: tuple[int, ...]
     hardware: str
     hw_set: tuple[str, ...]
-    gbs: int
+    reserve_gib: float | None
+    gbs: int  # the first global batch (the only one unless training.global_batch is a list)
     plan_dims: tuple[Dimension, ...]
     fixed_plan: Mapping[str, Value]
-    hw_dims: tuple[Dimension, ...]
+    hw_dims: tuple[Dim, ...]
     cost: CostModel
     objectives: tuple[str, ...]
     backend: str
     screen: str | None
 
     @property
-    def dims(self) -> tuple[Dimension, ...]:
+    def dims(self) -> tuple[Dim, ...]:
         """Every searched dimension, in the order they are suggested."""
+        return self.hardware_dims + self.plan_dims
+
+    @property
+    def hardware_dims(self) -> tuple[Dim, ...]:
+        """The hardware part: GPU count (when searched), presets and hardware fields."""
         gpus = (Dimension(name="gpus", values=self.gpus),) if len(self.gpus) > 1 else ()
-        return gpus + self.hw_dims + self.plan_dims
+        return gpus + self.hw_dims
+
+    @property
+    def enumerable(self) -> bool:
+        """True when every dimension lists its values (no continuous range)."""
+        return all(d.enumerable for d in self.dims)
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Value]:
         """Ask the trial for every dimension; returns the chosen values with fixed ones filled in."""
@@ -94,9 +119,10 @@ class SearchSpace:
         return {d.param: d.distribution() for d in self.dims}
 
     def size(self) -> int:
+        """Combinations of the enumerable dimensions (a range counts as one)."""
         n = 1
         for d in self.dims:
-            n *= len(d.values)
+            n *= len(d.values) if d.enumerable else 1
         return n
 
 
@@ -136,51 +162,86 @@ def load_space(name_or_path: str | None = None) -> SearchSpace:
 
 
 def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpace:
-    _check_keys(data, _TOP_KEYS, where)
+    check_keys(data, _TOP_KEYS, where)
     for key in ("model", "cluster", "training", "plan"):
         if key not in data:
             raise ConfigError(f"{where}: missing '{key}' section; see search_spaces/README.md")
-    model_set = tuple(_str_list(data.get("model_set", []), f"{where}: model_set"))
-    cluster = _mapping(data["cluster"], f"{where}: cluster")
-    training = _mapping(data["training"], f"{where}: training")
-    _check_keys(cluster, _CLUSTER_KEYS, f"{where}: cluster")
-    _check_keys(training, _TRAINING_KEYS, f"{where}: training")
-    model_source = _text(data["model"], f"{where}: model")
-    overrides = list(model_set) + ([f"seq={_pos_int(training['seq'], f'{where}: training.seq')}"]
-                                   if "seq" in training else [])
-    try:
-        model = load_model(model_source, overrides)
-    except ConfigError as err:
-        raise ConfigError(f"{where}: model: {err}") from None
-    gpus = tuple(_int_list(cluster.get("gpus"), f"{where}: cluster.gpus"))
-    hardware = _text(cluster.get("hardware", "h100-sxm"), f"{where}: cluster.hardware")
-    hw_set = tuple(_str_list(cluster.get("hw_set", []), f"{where}: cluster.hw_set"))
+    model_set = tuple(str_list(data.get("model_set", []), f"{where}: model_set"))
+    cluster = mapping(data["cluster"], f"{where}: cluster")
+    training = mapping(data["training"], f"{where}: training")
+    check_keys(cluster, _CLUSTER_KEYS, f"{where}: cluster")
+    check_keys(training, _TRAINING_KEYS, f"{where}: training")
+    model_source = text(data["model"], f"{where}: model")
     if "global_batch" not in training:
         raise ConfigError(f"{where}: training.global_batch is missing; give the global batch in sequences")
-    gbs = _pos_int(training["global_batch"], f"{where}: training.global_batch")
-    plan_dims, fixed = _plan_dims(_mapping(data["plan"], f"{where}: plan"), where)
-    hw_dims = _hw_dims(_mapping(data.get("codesign", {}), f"{where}: codesign"), where)
-    base_presets = [hardware] + [str(v) for d in hw_dims if d.name == "hardware" for v in d.values]
-    for preset in base_presets:
-        try:
-            apply_hw_overrides(load_hardware(preset), hw_set)
-        except ConfigError as err:
-            raise ConfigError(f"{where}: hardware {preset!r}: {err}") from None
-    objectives = tuple(_str_list(data.get("objectives", ["time"]), f"{where}: objectives"))
+    gbs_values = int_list(training["global_batch"], f"{where}: training.global_batch", "global batch")
+    seq_values = int_list(training["seq"], f"{where}: training.seq", "sequence length") if "seq" in training else []
+    models = _models(model_source, model_set, seq_values, where)
+    frameworks = _frameworks(data.get("framework"), where)
+    gpus = tuple(int_list(cluster.get("gpus"), f"{where}: cluster.gpus", "GPU count"))
+    hardware = text(cluster.get("hardware", "h100-sxm"), f"{where}: cluster.hardware")
+    hw_set = tuple(str_list(cluster.get("hw_set", []), f"{where}: cluster.hw_set"))
+    reserve = cluster.get("reserve_gib")
+    reserve_gib = None if reserve is None else nonneg_float(reserve, f"{where}: cluster.reserve_gib")
+    plan_dims, fixed = _plan_dims(mapping(data["plan"], f"{where}: plan"), where)
+    plan_dims, fixed = _with_training(plan_dims, fixed, gbs_values, list(models), list(frameworks))
+    first_model = next(iter(models.values()))
+    check_plan_choices(plan_dims, fixed, first_model, frameworks, where)
+    hardware_dims = hw_dims(mapping(data.get("codesign", {}), f"{where}: codesign"), hardware, hw_set, where)
+    objectives = tuple(str_list(data.get("objectives", ["time"]), f"{where}: objectives"))
     check_objectives(objectives, where)
-    backend = _text(data.get("backend", "analytical"), f"{where}: backend")
+    backend = text(data.get("backend", "analytical"), f"{where}: backend")
     if backend not in BACKENDS:
         raise ConfigError(f"{where}: backend {backend!r} unknown; use one of {', '.join(BACKENDS)}")
     screen = data.get("screen")
     if screen is not None and screen != "analytical":
         raise ConfigError(f"{where}: screen {screen!r} unknown; use 'analytical' or leave it out")
     return SearchSpace(
-        name=_text(data.get("name", Path(where).stem), f"{where}: name"),
-        description=str(data.get("description", "")),
-        source=where, model_source=model_source, model_set=model_set, model=model, gpus=gpus,
-        hardware=hardware, hw_set=hw_set, gbs=gbs, plan_dims=plan_dims, fixed_plan=fixed, hw_dims=hw_dims,
-        cost=_cost(_mapping(data.get("cost", {}), f"{where}: cost"), where), objectives=objectives,
-        backend=backend, screen=screen)
+        name=text(data.get("name", Path(where).stem), f"{where}: name"),
+        description=str(data.get("description", "")), source=where, model_source=model_source,
+        model_set=model_set, model=first_model, models_by_seq=models, frameworks=frameworks, gpus=gpus,
+        hardware=hardware, hw_set=hw_set, reserve_gib=reserve_gib, gbs=gbs_values[0], plan_dims=plan_dims,
+        fixed_plan=fixed, hw_dims=hardware_dims, cost=cost_model(mapping(data.get("cost", {}), f"{where}: cost"), where),
+        objectives=objectives, backend=backend, screen=screen)
+
+
+def _models(source: str, model_set: tuple[str, ...], seqs: list[int], where: str) -> dict[int, ModelSpec]:
+    """The model at each searched sequence length (the model's own when training.seq is absent)."""
+    out: dict[int, ModelSpec] = {}
+    for seq in seqs or [None]:
+        try:
+            model = load_model(source, list(model_set) + ([f"seq={seq}"] if seq else []))
+        except ConfigError as err:
+            raise ConfigError(f"{where}: model: {err}") from None
+        out[model.seq] = model
+    return out
+
+
+def _frameworks(raw: Any, where: str) -> dict[str, FrameworkProfile]:
+    """Framework profiles by name: one (fixed) or several (searched); default megatron-core."""
+    names = str_list(raw, f"{where}: framework") if raw is not None else [None]
+    out: dict[str, FrameworkProfile] = {}
+    for name in names:
+        try:
+            profile = load_profile(name)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: framework: {err}") from None
+        if (name or profile.name) in out:
+            raise ConfigError(f"{where}: framework {name!r} is listed twice")
+        out[name or profile.name] = profile
+    return out
+
+
+def _with_training(dims: tuple[Dimension, ...], fixed: dict[str, Value], gbs: list[int], seqs: list[int],
+                   frameworks: list[str]) -> tuple[tuple[Dimension, ...], dict[str, Value]]:
+    """Global batch, sequence length and framework join the plan part: searched when listed, else fixed."""
+    out, fixed = list(dims), dict(fixed)
+    for name, values in (("gbs", gbs), ("seq", seqs), ("framework", frameworks)):
+        if len(values) > 1:
+            out.append(Dimension(name=name, values=tuple(values)))
+        else:
+            fixed[name] = values[0]
+    return tuple(out), fixed
 
 
 def check_objectives(objectives: tuple[str, ...], where: str) -> None:
@@ -196,9 +257,13 @@ def check_objectives(objectives: tuple[str, ...], where: str) -> None:
 
 
 def _plan_dims(section: Mapping[str, Any], where: str) -> tuple[tuple[Dimension, ...], dict[str, Value]]:
-    _check_keys(section, PLAN_DIMS + ("dp",), f"{where}: plan")
     if "dp" in section:
         raise ConfigError(f"{where}: plan.dp is derived (gpus / (tp*cp*pp)); remove it")
+    for key, name in (("gbs", "global_batch"), ("seq", "seq"), ("framework", "framework")):
+        if key in section:
+            where_to = "the top-level 'framework' key" if key == "framework" else f"training.{name}"
+            raise ConfigError(f"{where}: plan.{key} belongs in {where_to}; move it there")
+    check_keys(section, PLAN_DIMS, f"{where}: plan")
     dims, fixed = [], dict(PLAN_DEFAULTS)
     for name in PLAN_DIMS:
         if name not in section:
@@ -218,130 +283,8 @@ def _plan_values(name: str, raw: Any, where: str) -> list[Value]:
         raise ConfigError(f"{where}: empty list; give at least one value")
     out: list[Value] = []
     for item in items:
-        if name == "sp":
-            if isinstance(item, str) and item.lower() in ("on", "off"):
-                item = item.lower() == "on"
-            if not isinstance(item, bool):
-                raise ConfigError(f"{where}: {item!r} is not on/off")
-        elif name == "recompute":
-            if item not in RECOMPUTE:
-                raise ConfigError(f"{where}: {item!r} is not one of {', '.join(RECOMPUTE)}")
-        elif name == "schedule":
-            if item not in SCHEDULES:
-                raise ConfigError(f"{where}: {item!r} is not one of {', '.join(SCHEDULES)}")
-        elif name == "zero":
-            if item not in (0, 1, 2, 3) or isinstance(item, bool):
-                raise ConfigError(f"{where}: {item!r} is not a ZeRO stage 0, 1, 2 or 3")
-        else:
-            item = _pos_int(item, where)
-        if item in out:
+        value = plan_value(name, item, where)
+        if value in out:
             raise ConfigError(f"{where}: value {item!r} is listed twice")
-        out.append(item)
+        out.append(value)
     return out
-
-
-def _hw_dims(section: Mapping[str, Any], where: str) -> tuple[Dimension, ...]:
-    _check_keys(section, HW_DIMS, f"{where}: codesign")
-    dims = []
-    for name in HW_DIMS:
-        if name not in section:
-            continue
-        raw = section[name] if isinstance(section[name], list) else [section[name]]
-        if name == "hardware":
-            values: list[Value] = _str_list(raw, f"{where}: codesign.hardware")
-            for preset in values:
-                try:
-                    load_hardware(str(preset))
-                except ConfigError as err:
-                    raise ConfigError(f"{where}: codesign.hardware: {err}") from None
-        elif name == "node_gpus":
-            values = [_pos_int(v, f"{where}: codesign.node_gpus") for v in raw]
-        else:
-            values = [_pos_float(v, f"{where}: codesign.{name}") for v in raw]
-        if not values or len(set(values)) != len(values):
-            raise ConfigError(f"{where}: codesign.{name} must list distinct values, got {raw!r}")
-        dims.append(Dimension(name=name, values=tuple(values)))
-    return tuple(dims)
-
-
-def _cost(section: Mapping[str, Any], where: str) -> CostModel:
-    _check_keys(section, _COST_KEYS, f"{where}: cost")
-    prices = _mapping(section.get("gpu_hour_usd", {}), f"{where}: cost.gpu_hour_usd")
-    known = list_hardware_presets()
-    for preset, price in prices.items():
-        if str(preset) not in known and not str(preset).endswith((".yaml", ".yml")):
-            raise ConfigError(f"{where}: cost.gpu_hour_usd: {preset!r} is not a hardware preset ({', '.join(known)})")
-        _pos_float(price, f"{where}: cost.gpu_hour_usd.{preset}")
-    node = _mapping(section.get("node_gpus_usd_per_gpu_hour", {}), f"{where}: cost.node_gpus_usd_per_gpu_hour")
-    return CostModel(
-        gpu_hour_usd={str(k): float(v) for k, v in prices.items()},
-        node_gpus_usd_per_gpu_hour={_pos_int(int(k) if str(k).isdigit() else k,
-                                             f"{where}: cost.node_gpus_usd_per_gpu_hour"):
-                                    _nonneg_float(v, f"{where}: cost.node_gpus_usd_per_gpu_hour.{k}")
-                                    for k, v in node.items()},
-        scaleout_usd_per_gbps_per_gpu_hour=_nonneg_float(section.get("scaleout_usd_per_gbps_per_gpu_hour", 0.0),
-                                                         f"{where}: cost.scaleout_usd_per_gbps_per_gpu_hour"),
-        hbm_usd_per_gib_per_gpu_hour=_nonneg_float(section.get("hbm_usd_per_gib_per_gpu_hour", 0.0),
-                                                   f"{where}: cost.hbm_usd_per_gib_per_gpu_hour"))
-
-
-# ----------------------------------------------------------------------------- small typed readers
-
-
-def _check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    for key in section:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
-            raise ConfigError(f"{where}: unknown key '{key}'; {hint}")
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def _str_list(value: Any, where: str) -> list[str]:
-    items = value if isinstance(value, list) else [value]
-    if isinstance(value, str) and "," in value:
-        items = [v.strip() for v in value.split(",")]
-    return [_text(v, where) for v in items]
-
-
-def _pos_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
-    return value
-
-
-def _int_list(value: Any, where: str) -> list[int]:
-    if value is None:
-        raise ConfigError(f"{where}: missing; give a GPU count or a list of counts")
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise ConfigError(f"{where}: empty list; give at least one GPU count")
-    out = [_pos_int(v, where) for v in items]
-    if len(set(out)) != len(out):
-        raise ConfigError(f"{where}: GPU counts {out} repeat a value")
-    return out
-
-
-def _pos_float(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{where}: expected a positive number, got {value!r}")
-    return float(value)
-
-
-def _nonneg_float(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{where}: expected a number >= 0, got {value!r}")
-    return float(value)

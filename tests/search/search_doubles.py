@@ -6,6 +6,7 @@ the tests put this folder on PYTHONPATH.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -50,3 +51,21 @@ class HangSimulator(Simulator):
         if work.plan.pp == 1:
             time.sleep(3600)
         return AnalyticalSimulator().evaluate(work, hw)
+
+
+SKEW = 0.75
+
+
+class SkewedSimulator(Simulator):
+    """An expensive backend that disagrees with the analytical model in one known way: full recompute is
+    25% cheaper overall. The plans it likes best rank low analytically (the confirmation test)."""
+
+    name = "skewed"
+
+    def evaluate(self, work: Workload, hw: Hardware) -> Estimate:
+        est = AnalyticalSimulator().evaluate(work, hw)
+        if work.plan.recompute != "full":
+            return est
+        t = est.iteration_time_s * SKEW
+        return dataclasses.replace(est, backend="skewed", iteration_time_s=t, tokens_per_s=est.tokens_per_s / SKEW,
+                                   mfu=est.mfu / SKEW, model_tflops_per_gpu=est.model_tflops_per_gpu / SKEW)

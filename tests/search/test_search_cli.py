@@ -7,18 +7,25 @@ import csv
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 from conftest import SMALL, brute_force_small, run_cli, search_json
+from optuna.storages import JournalStorage
+
+from stageopt.search.storage import CrashSafeJournal
 
 
-def test_exhausting_the_small_space_finds_the_brute_force_optimum(runs: Path) -> None:
+def test_analytical_search_returns_the_exact_optimum_and_records_it(runs: Path) -> None:
     n_feasible, best_time, best_plan = brute_force_small()
-    out = search_json("--space", str(SMALL), "--budget", "500", "--seed", "3", "--runs-dir", str(runs),
-                      "--study-name", "s")
-    # analytical backend: every valid plan counts as one simulation; the space has fewer than 500
-    assert out["stop_reason"] in ("every candidate simulated", "budget") or "ask cap" in out["stop_reason"]
+    out = search_json("--space", str(SMALL), "--budget", "5", "--runs-dir", str(runs), "--study-name", "s")
+    assert out["mode"] == "exact" and out["lines"][0].startswith("exact: ")
+    assert out["feasible_plans_in_space"] == n_feasible
     assert out["best"][0]["iteration_time_s"] == pytest.approx(best_time, rel=1e-9)
     assert out["best"][0]["plan"] == best_plan
+    study = optuna.load_study(study_name="s", storage=JournalStorage(CrashSafeJournal(str(runs / "s" / "journal.log"))))
+    assert study.best_trial.user_attrs["result"]["plan"] == best_plan  # what optuna-dashboard shows
+    assert study.best_trial.constraints["memory_gib"] <= 0
+    assert len(study.trials) == 10  # the exact top 10, not a sample
     rows = list(csv.DictReader((runs / "s" / "trials.csv").open()))
     assert len(rows) == out["trials"]
     simulated = {r["tp"] + r["pp"] + r["mbs"] + r["zero"] + r["recompute"] for r in rows if r["simulated"] == "True"}
@@ -29,25 +36,31 @@ def test_exhausting_the_small_space_finds_the_brute_force_optimum(runs: Path) ->
     assert best["best"][0]["plan"] == best_plan
 
 
-def test_budget_counts_unique_simulations_and_resume_continues(runs: Path) -> None:
-    first = search_json("--space", str(SMALL), "--budget", "20", "--seed", "1", "--runs-dir", str(runs),
-                        "--study-name", "r")
-    assert first["simulations"] == 20
-    again = search_json("--space", str(SMALL), "--budget", "35", "--seed", "1", "--runs-dir", str(runs),
-                        "--study-name", "r", "--resume")
+def test_sampled_search_counts_unique_simulations_resumes_and_reports_the_gap(runs: Path) -> None:
+    first = search_json("--space", str(SMALL), "--sampler", "tpe", "--budget", "20", "--seed", "1", "--runs-dir",
+                        str(runs), "--study-name", "r")
+    assert first["simulations"] == 20 and first["mode"] == "sample"
+    _, best_time, _ = brute_force_small()
+    if first["best"][0]["iteration_time_s"] > best_time * (1 + 1e-9):  # a sample that missed is told so
+        assert "census's exact optimum is" in first["lines"][0]
+    again = search_json("--space", str(SMALL), "--sampler", "tpe", "--budget", "35", "--seed", "1", "--runs-dir",
+                        str(runs), "--study-name", "r", "--resume")
     assert again["simulations"] == 35 and again["trials"] >= first["trials"] + 15
 
 
 def test_seed_makes_runs_reproducible(runs: Path) -> None:
-    a = search_json("--space", str(SMALL), "--budget", "25", "--seed", "7", "--runs-dir", str(runs), "--study-name", "a")
-    b = search_json("--space", str(SMALL), "--budget", "25", "--seed", "7", "--runs-dir", str(runs), "--study-name", "b")
+    a = search_json("--space", str(SMALL), "--sampler", "tpe", "--budget", "25", "--seed", "7", "--runs-dir", str(runs),
+                    "--study-name", "a")
+    b = search_json("--space", str(SMALL), "--sampler", "tpe", "--budget", "25", "--seed", "7", "--runs-dir", str(runs),
+                    "--study-name", "b")
     ta = [r["plan"] for r in csv.DictReader((runs / "a" / "trials.csv").open())]
     tb = [r["plan"] for r in csv.DictReader((runs / "b" / "trials.csv").open())]
     assert ta == tb and a["best"] == b["best"]
 
 
 def test_seed_plan_is_evaluated_first_and_report_rebuilds(runs: Path) -> None:
-    search_json("--space", str(SMALL), "--budget", "5", "--seed", "1", "--runs-dir", str(runs), "--study-name", "p",
+    search_json("--space", str(SMALL), "--sampler", "tpe", "--budget", "5", "--seed", "1", "--runs-dir", str(runs),
+                "--study-name", "p",
                 "--seed-plan", "tp=8 pp=2 mbs=1 zero=1 recompute=full sp=on")
     rows = list(csv.DictReader((runs / "p" / "trials.csv").open()))
     assert (rows[0]["tp"], rows[0]["pp"], rows[0]["recompute"]) == ("8", "2", "full")
@@ -66,6 +79,7 @@ def test_seed_plan_is_evaluated_first_and_report_rebuilds(runs: Path) -> None:
     (["--backend", "replay", "--ray-address", "127.0.0.1:1"], ["--ray-address", "cannot reach"]),
     (["--objectives", "time,speed"], ["objective 'speed'"]),
     (["--budget", "0"], ["--budget"]),
+    (["--reserve-gib", "-1"], ["--reserve-gib"]),
     (["--resume", "--study-name", "nothing-here"], ["--resume", "no study"]),
 ])
 def test_bad_inputs_exit_2_with_one_line(runs: Path, args: list[str], words: list[str]) -> None:
@@ -82,5 +96,5 @@ def test_space_with_no_feasible_plan_says_why(tmp_path: Path, runs: Path) -> Non
     space.write_text(SMALL.read_text().replace("hardware: h100-sxm", "hardware: h100-sxm\n  hw_set: [gpu.hbm_gib=1]"))
     proc = run_cli("search", "--space", str(space), "--runs-dir", str(runs))
     assert proc.returncode == 2
-    assert "no plan fits 1 GiB: smallest needs" in proc.stderr and " GiB at tp=" in proc.stderr
+    assert "no plan fits 1 GiB with a 2.0 GiB reserve: smallest needs" in proc.stderr and " GiB at tp=" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

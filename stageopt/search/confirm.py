@@ -1,0 +1,179 @@
+"""Spend an expensive backend's budget where it matters: confirm the census's best plans, learn the residual.
+
+Why: with replay or ASTRA-sim a simulation costs seconds to minutes, while the
+analytical census has already ranked every plan of the space. The budget counts
+expensive simulations and goes, in order, to
+
+1. ``--seed-plan`` plans;
+2. the analytically best plans (30% of the budget) and a diverse sample (10%):
+   the best plan of each structural family (tp, pp, cp, ep, schedule) and plans
+   at log-spaced analytical ranks, so the model below sees the whole space;
+3. then, batch by batch, the unsimulated plans with the lowest optimistic
+   estimate under a :class:`~stageopt.search.residual.ResidualModel` fitted to
+   ``log(t_backend / t_analytical)`` of everything simulated so far (a lower
+   confidence bound, ``mean - KAPPA * std``), so a plan the analytical model ranks
+   low but that the backend would find good is simulated, not missed.
+
+``brute`` and ``grid`` simulate in plain analytical order, every feasible plan
+if the budget allows. Each result is stored as a trial as soon as its batch is
+back (:mod:`stageopt.search.record`), so a killed search keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import optuna
+
+from stageopt.search.cache import ResultCache
+from stageopt.search.candidate import Candidate, HardwareCatalog
+from stageopt.search.census import Census, plan_fields
+from stageopt.search.driver import LoopStats
+from stageopt.search.executors import RayExecutor
+from stageopt.search.objective import OK, Objective, Outcome, estimate_outcome, failed_outcome
+from stageopt.search.ranking import preferred_order, simplicity_columns
+from stageopt.search.record import add_outcomes
+from stageopt.search.residual import ResidualModel, plan_features
+from stageopt.search.space import SearchSpace
+from stageopt.sim.base import Estimate
+
+TOP_SHARE = 0.3
+DIVERSE_SHARE = 0.1
+KAPPA = 1.0
+
+
+@dataclass(frozen=True)
+class ConfirmConfig:
+    budget: int
+    backend: str
+    seed: int = 0
+    use_model: bool = True  # False: plain analytical order (brute / grid)
+
+
+class Confirmation:
+    """Chooses, simulates and records plans of a census until the budget or the feasible plans run out."""
+
+    def __init__(self, *, study: optuna.Study, space: SearchSpace, census: Census, objectives: tuple[Objective, ...],
+                 catalog: HardwareCatalog, cache: ResultCache, executor: RayExecutor, config: ConfirmConfig,
+                 sync: Callable[[], None] = lambda: None, progress: Callable[[int, int], None] | None = None) -> None:
+        self.study, self.space, self.census, self.objectives = study, space, census, objectives
+        self.catalog, self.cache, self.executor, self.config = catalog, cache, executor, config
+        self.sync, self.progress = sync, progress
+        self.stats = LoopStats()
+        self.order = census.ranked_rows(objectives)  # feasible rows, analytically best first
+        self._plans = {int(r): plan_fields(census.cands[int(r)]) for r in self.order}
+        self._features = plan_features({k: v[self.order] for k, v in census.arrays.items()},
+                                       [self._plans[int(r)] for r in self.order]) if self.order.size else None
+        self._position = {int(r): i for i, r in enumerate(self.order)}
+
+    @property
+    def simulations(self) -> int:
+        return len(self.cache.simulated)
+
+    def run(self, seeds: list[tuple[dict, Candidate]] = ()) -> LoopStats:  # type: ignore[assignment]
+        try:
+            extra = [(ch, c) for ch, c in seeds if c.key not in self.cache.simulated]
+            if extra:
+                self._simulate(extra[:max(self.config.budget - self.simulations, 0)])
+            initial = self._initial_rows()
+            while self.simulations < self.config.budget:
+                batch = self._next(initial, min(self.executor.workers, self.config.budget - self.simulations))
+                if not batch:
+                    self.stats.stop_reason = "every feasible plan simulated"
+                    break
+                self._simulate([(self.census.choices_list[r], self.census.cands[r]) for r in batch])
+            self.stats.stop_reason = self.stats.stop_reason or "budget"
+        finally:
+            self.executor.close()
+            self.stats.elapsed_s = time.perf_counter() - self.stats.started
+        return self.stats
+
+    # ------------------------------------------------------------------ choosing
+
+    def _untried(self, rows) -> list[int]:
+        return [int(r) for r in rows if self.census.cands[int(r)].key not in self.cache.simulated]
+
+    def _initial_rows(self) -> list[int]:
+        """The analytically best plans, then the best of each structural family, then log-spaced ranks."""
+        budget, order = self.config.budget, self.order
+        if not self.config.use_model:
+            return [int(r) for r in order]
+        top = [int(r) for r in order[:math.ceil(TOP_SHARE * budget)]]
+        n_div = math.ceil(DIVERSE_SHARE * budget)
+        families: dict[tuple, int] = {}
+        for r in order:
+            p = self._plans[int(r)]
+            families.setdefault((p["tp"], p["pp"], p["cp"], p["ep"], p["schedule"]), int(r))
+        family_best = [r for r in families.values() if r not in top][:(n_div + 1) // 2]
+        rng = np.random.default_rng(self.config.seed)
+        spaced = np.unique(np.round(np.geomspace(1, max(len(order), 2), n_div // 2 + 2)[1:-1]
+                                    * rng.uniform(0.8, 1.0, n_div // 2)).astype(int) - 1) if n_div > 1 else []
+        log_ranks = [int(order[i]) for i in spaced if 0 <= i < len(order)]
+        return list(dict.fromkeys(top + family_best + log_ranks))
+
+    def _next(self, initial: list[int], size: int) -> list[int]:
+        first = self._untried(initial)
+        if first:
+            return first[:size]
+        if not self.config.use_model:
+            return []
+        untried = self._untried(self.order)
+        if not untried:
+            return []
+        return self._by_model(untried, size)
+
+    def _by_model(self, untried: list[int], size: int) -> list[int]:
+        """Untried rows with the lowest optimistic time under the residual model (all objectives follow time)."""
+        done = [(self._position[row], o) for o in self.cache.outcomes()
+                if o.status == OK and o.record.get("backend") == self.config.backend
+                and (row := self.census._index.get(o.key, -1)) in self._position]
+        ana_t = self.census.arrays["iteration_time_s"][self.order]
+        pos = np.array([self._position[r] for r in untried])
+        shift = np.zeros(len(pos))
+        if len(done) >= 3:
+            idx = np.array([i for i, _ in done])
+            y = np.log([o.record["iteration_time_s"] for _, o in done]) - np.log(ana_t[idx])
+            model = ResidualModel(self._features).fit(self._features[idx], y)
+            mean, std = model.predict(self._features[pos])
+            shift = mean - KAPPA * std
+        ratio = np.exp(shift)  # optimistic backend time / analytical time
+        rows = self.order[pos]
+        values = self.census.objective_matrix(self.objectives, rows)
+        for j, o in enumerate(self.objectives):
+            scale = ratio if o.name in ("time", "cost") else 1.0 / ratio
+            values[:, j] = values[:, j] * scale
+        chosen = preferred_order(values, self.census.arrays["peak_memory_gib"][rows],
+                                 simplicity_columns([self._plans[int(r)] for r in rows]),
+                                 [self.census.cands[int(r)].key for r in rows])
+        return [int(rows[i]) for i in chosen[:size]]
+
+    # ------------------------------------------------------------------ simulating
+
+    def _simulate(self, items: list[tuple[dict, Candidate]]) -> None:
+        for choices, cand in items:
+            self.executor.submit((choices, cand), cand, self.catalog.get(cand.hw_key))
+        results = self.executor.poll(wait_all=True)
+        results.sort(key=lambda r: self.census._index.get(r[0][1].key, -1))
+        recorded: list[tuple[dict, Outcome]] = []
+        for (choices, cand), result in results:
+            outcome = self._outcome(cand, result)
+            self.cache.put(outcome, simulated=True)
+            recorded.append((choices, outcome))
+            self.stats.told += 1
+            self.stats.failed += outcome.status == "failed"
+            self.stats.oom += outcome.status == "oom"
+        add_outcomes(self.study, self.space, recorded, self.objectives, simulated=True)
+        self.sync()
+        if self.progress is not None:
+            self.progress(self.simulations, self.config.budget)
+
+    def _outcome(self, cand: Candidate, result: Estimate | str) -> Outcome:
+        if not isinstance(result, Estimate):
+            return failed_outcome(cand, result, self.config.backend)
+        hw = self.catalog.get(cand.hw_key)
+        return estimate_outcome(cand, result, hw.gpu.hbm_gib, self.catalog.price(cand.hw_key), self.config.backend,
+                                self.catalog.reserve(cand.hw_key))

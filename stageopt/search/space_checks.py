@@ -1,0 +1,54 @@
+"""Plan choices that could never take effect are errors, not silently dropped values.
+
+Why: a space that lists ``vpp: [1, 2, 4]`` without the interleaved schedule, ``ep: [1, 8]``
+for a dense model or ``schedule: [gpipe]`` for a stack that does not run GPipe would search
+fewer plans than it says. Each rule below names the key, the values and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from stageopt.errors import ConfigError
+from stageopt.frameworks import FrameworkProfile
+from stageopt.model.spec import ModelSpec
+from stageopt.search.dimensions import Dimension, Value
+
+
+def check_plan_choices(dims: tuple[Dimension, ...], fixed: Mapping[str, Value], model: ModelSpec,
+                       frameworks: Mapping[str, FrameworkProfile], where: str) -> None:
+    """Raise a one-line ConfigError for the first listed value that no combination can use."""
+    values = {d.name: list(d.values) for d in dims}
+    for name, value in fixed.items():
+        values.setdefault(name, [value])
+    searched = {d.name for d in dims}
+    vpps = [v for v in values["vpp"] if v != 1]
+    if vpps and "interleaved" not in values["schedule"]:
+        raise ConfigError(f"{where}: plan.vpp lists {vpps} but plan.schedule {values['schedule']} has no "
+                          "'interleaved'; vpp > 1 needs it: add interleaved to plan.schedule or set vpp: 1")
+    if vpps and all(pp == 1 for pp in values["pp"]):
+        raise ConfigError(f"{where}: plan.vpp lists {vpps} but every pp is 1; interleaving needs pp > 1")
+    eps = [v for v in values["ep"] if v != 1]
+    if eps and not model.is_moe:
+        raise ConfigError(f"{where}: plan.ep lists {eps} but model {model.name} is dense (no experts); "
+                          "set ep: 1 or use an MoE model")
+    single_tp = all(tp == 1 for tp in values["tp"])
+    for name in ("sp", "tp_overlap"):
+        if name in searched and single_tp:
+            raise ConfigError(f"{where}: plan.{name} is searched {values[name]} but every tp is 1, where it has "
+                              f"no effect; list tp > 1 or give one {name} value")
+    if "schedule" in searched and all(pp == 1 for pp in values["pp"]):
+        raise ConfigError(f"{where}: plan.schedule is searched {values['schedule']} but every pp is 1, where "
+                          "no schedule applies; list pp > 1 or give one schedule")
+    _check_schedules(values["schedule"], values["pp"], frameworks, where)
+
+
+def _check_schedules(schedules: list[Value], pps: list[Value], frameworks: Mapping[str, FrameworkProfile],
+                     where: str) -> None:
+    if all(pp == 1 for pp in pps):
+        return
+    for schedule in schedules:
+        if not any(schedule in f.schedules for f in frameworks.values()):
+            runs = "; ".join(f"{n} runs {', '.join(f.schedules)}" for n, f in frameworks.items())
+            raise ConfigError(f"{where}: plan.schedule {schedule!r} is not implemented by the framework ({runs}); "
+                              "drop it or choose another framework")

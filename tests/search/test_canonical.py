@@ -1,0 +1,84 @@
+"""Each canonical rule merges plans whose numbers are provably identical: checked on the analytical model
+and on the event replay, through the path users run (``simulate_plan``)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from stageopt.errors import StageoptError
+from stageopt.search.candidate import HardwareCatalog, make_candidate
+from stageopt.search.census import take_census
+from stageopt.search.space import load_space, space_from_dict
+from stageopt.sim.replay import ReplaySimulator
+from stageopt.sim.run import simulate_plan
+
+BASE = "mbs=1 gbs=32 zero=1 sp=on dp_overlap=on"
+# (rule, plan a, plan b): b is what the canonical form of a says it is; llama3-8b (flash attention) on 16 GPUs.
+# Rule 1 (vpp ignored without interleaving) is enforced by Plan itself, which refuses vpp > 1 then.
+PAIRS = [
+    ("one micro-batch: GPipe is 1F1B", "tp=2 pp=2 mbs=4 gbs=16 schedule=gpipe framework=torchtitan",
+     "tp=2 pp=2 mbs=4 gbs=16 schedule=1f1b framework=torchtitan"),
+    ("tp=1: no TP overlap", f"tp=1 pp=2 tp_overlap=on {BASE}", f"tp=1 pp=2 tp_overlap=off {BASE}"),
+    ("flash: selective is none", f"tp=2 pp=2 recompute=selective {BASE}", f"tp=2 pp=2 recompute=none {BASE}"),
+]
+
+
+@pytest.mark.parametrize("rule, a, b", PAIRS, ids=[p[0] for p in PAIRS])
+def test_merged_plans_simulate_identically(rule: str, a: str, b: str) -> None:
+    for simulator in (None, ReplaySimulator()):
+        _, ea = simulate_plan("llama3-8b", a, 16, model_set=["seq=4096"], simulator=simulator)
+        _, eb = simulate_plan("llama3-8b", b, 16, model_set=["seq=4096"], simulator=simulator)
+        assert ea.iteration_time_s == pytest.approx(eb.iteration_time_s, rel=1e-12), rule
+        assert ea.peak_memory_gib == pytest.approx(eb.peak_memory_gib, rel=1e-12), rule
+
+
+def test_selective_differs_from_none_with_eager_attention() -> None:
+    """The flash rule must not fire where it is false: eager attention stores the score matrix."""
+    plan = f"tp=2 pp=2 {BASE}"
+    _, sel = simulate_plan("llama3-8b", plan + " recompute=selective", 16, model_set=["seq=4096", "attention=eager"],
+                           framework="megatron-lm-2021")
+    _, none = simulate_plan("llama3-8b", plan + " recompute=none", 16, model_set=["seq=4096", "attention=eager"],
+                            framework="megatron-lm-2021")
+    assert sel.peak_memory_gib < none.peak_memory_gib
+
+
+@pytest.mark.parametrize("name", ["default", "mixtral-ep", "llama3-405b-cp"])
+def test_census_equals_one_candidate_per_combination(name: str) -> None:
+    """The vectorized enumeration keeps exactly the canonical candidates the plain per-combination path builds."""
+    space = load_space(name)
+    catalog = HardwareCatalog(space)
+    keys, valid = set(), 0
+    for combo in itertools.product(*[d.values for d in space.dims]):
+        try:
+            keys.add(make_candidate(space, catalog, space.complete(dict(zip([d.name for d in space.dims], combo)))).key)
+            valid += 1
+        except StageoptError:
+            continue
+    census = take_census(space, catalog)
+    assert {c.key for c in census.cands} == keys
+    # every combination is a kept candidate, a restatement of an earlier one, or breaks a named rule
+    assert len(census) + census.merged + sum(census.invalid_reasons.values()) == space.size()
+    assert sum(census.invalid_reasons.values()) <= space.size() - valid
+
+
+def test_interleaved_with_one_chunk_runs_as_1f1b_and_is_never_better() -> None:
+    """Rule 2 is definitional (interleaving needs vpp > 1); the plan it maps to has the same time, less memory."""
+    a, b = f"tp=2 pp=2 vpp=1 schedule=interleaved {BASE}", f"tp=2 pp=2 vpp=1 schedule=1f1b {BASE}"
+    _, ea = simulate_plan("llama3-8b", a, 16, model_set=["seq=4096"])
+    _, eb = simulate_plan("llama3-8b", b, 16, model_set=["seq=4096"])
+    assert eb.iteration_time_s == pytest.approx(ea.iteration_time_s, rel=1e-12)
+    assert eb.peak_memory_gib <= ea.peak_memory_gib
+
+
+def test_zero_without_data_or_context_parallelism_is_zero_0() -> None:
+    """Rule 5: with dp*cp = 1 there is nothing to shard; the choice maps to zero=0 instead of being refused."""
+    space = space_from_dict({"model": "llama3-8b", "cluster": {"gpus": [16, 32]}, "training": {"global_batch": 8},
+                             "plan": {"tp": 4, "pp": 4, "cp": [1, 2], "zero": [0, 2], "sp": "on"}}, where="z")
+    cat = HardwareCatalog(space)
+    base = space.complete({"gpus": 16, "cp": 1, "zero": 2})
+    assert make_candidate(space, cat, base).key == make_candidate(space, cat, {**base, "zero": 0}).key
+    assert make_candidate(space, cat, base).plan.zero == 0
+    cp2 = make_candidate(space, cat, {**base, "gpus": 32, "cp": 2})  # dp=1 but cp=2: ZeRO shards over cp, kept
+    assert cp2.plan.zero == 2
