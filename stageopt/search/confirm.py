@@ -5,9 +5,11 @@ analytical census has already ranked every plan of the space. The budget counts
 expensive simulations and goes, in order, to
 
 1. ``--seed-plan`` plans;
-2. the analytically best plans (30% of the budget) and a diverse sample (10%):
-   the best plan of each structural family (tp, pp, cp, ep, schedule) and plans
-   at log-spaced analytical ranks, so the model below sees the whole space;
+2. the analytically best plans (20% of the budget), then a covering sample (up to
+   30%): for every value of every searched dimension that no chosen plan has yet,
+   the analytically best plan with that value (so a disagreement tied to one
+   choice, say tp=8 or full recompute, is measured at least once), then plans at
+   log-spaced analytical ranks (10%), so the model below sees the whole space;
 3. then, batch by batch, the unsimulated plans with the lowest optimistic
    estimate under a :class:`~stageopt.search.residual.ResidualModel` fitted to
    ``log(t_backend / t_analytical)`` of everything simulated so far (a lower
@@ -41,8 +43,9 @@ from stageopt.search.residual import ResidualModel, plan_features
 from stageopt.search.space import SearchSpace
 from stageopt.sim.base import Estimate
 
-TOP_SHARE = 0.3
-DIVERSE_SHARE = 0.1
+TOP_SHARE = 0.2
+COVER_SHARE = 0.3
+SPREAD_SHARE = 0.1
 KAPPA = 1.0
 
 
@@ -98,22 +101,26 @@ class Confirmation:
         return [int(r) for r in rows if self.census.cands[int(r)].key not in self.cache.simulated]
 
     def _initial_rows(self) -> list[int]:
-        """The analytically best plans, then the best of each structural family, then log-spaced ranks."""
+        """The analytically best plans, then the best plan of each uncovered value, then log-spaced ranks."""
         budget, order = self.config.budget, self.order
         if not self.config.use_model:
             return [int(r) for r in order]
-        top = [int(r) for r in order[:math.ceil(TOP_SHARE * budget)]]
-        n_div = math.ceil(DIVERSE_SHARE * budget)
-        families: dict[tuple, int] = {}
+        chosen = [int(r) for r in order[:math.ceil(TOP_SHARE * budget)]]
+        dims = [d.name for d in self.space.plan_dims]
+        covered = {(n, self.census.choices_list[r][n]) for r in chosen for n in dims}
+        cover_cap = len(chosen) + math.ceil(COVER_SHARE * budget)
         for r in order:
-            p = self._plans[int(r)]
-            families.setdefault((p["tp"], p["pp"], p["cp"], p["ep"], p["schedule"]), int(r))
-        family_best = [r for r in families.values() if r not in top][:(n_div + 1) // 2]
+            if len(chosen) >= cover_cap:
+                break
+            new = {(n, self.census.choices_list[int(r)][n]) for n in dims} - covered
+            if new:
+                chosen.append(int(r))
+                covered |= new
+        n_spread = math.ceil(SPREAD_SHARE * budget)
         rng = np.random.default_rng(self.config.seed)
-        spaced = np.unique(np.round(np.geomspace(1, max(len(order), 2), n_div // 2 + 2)[1:-1]
-                                    * rng.uniform(0.8, 1.0, n_div // 2)).astype(int) - 1) if n_div > 1 else []
-        log_ranks = [int(order[i]) for i in spaced if 0 <= i < len(order)]
-        return list(dict.fromkeys(top + family_best + log_ranks))
+        ranks = np.geomspace(1, max(len(order), 2), n_spread + 2)[1:-1] * rng.uniform(0.8, 1.0, n_spread)
+        chosen += [int(order[i]) for i in np.unique(ranks.astype(int) - 1) if 0 <= i < len(order)]
+        return list(dict.fromkeys(chosen))
 
     def _next(self, initial: list[int], size: int) -> list[int]:
         first = self._untried(initial)

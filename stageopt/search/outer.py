@@ -28,7 +28,7 @@ from stageopt.search.census import take_census
 from stageopt.search.dimensions import Dimension, Value
 from stageopt.search.driver import LoopStats, best_outcomes
 from stageopt.search.executors import RayExecutor
-from stageopt.search.objective import FAILED, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
+from stageopt.search.objective import FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
 from stageopt.search.space import SearchSpace
 from stageopt.search.strategy import Answer
 from stageopt.sim.base import Estimate

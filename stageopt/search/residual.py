@@ -8,13 +8,19 @@ exposed TP/CP/EP/DP communication or point-to-point traffic, and the schedule.
 A linear model over those shares and the plan's degrees, with Bayesian
 uncertainty, is enough to say which unsimulated plan might be better than its
 analytical rank says, and how sure that is. The prior and noise precisions are
-fitted by evidence maximization (MacKay's fixed-point updates), so no knob is tuned.
+fitted by evidence maximization (MacKay's fixed-point updates), within two floors:
+a coefficient's prior standard deviation stays at least ``PRIOR_STD`` (5%, the
+largest analytical-vs-replay disagreement measured in ``experiments/simulators/``),
+so an effect never measured keeps that much uncertainty instead of collapsing to
+zero when every residual seen so far is small; and the noise at least ``NOISE_STD``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+PRIOR_STD = 0.05
+NOISE_STD = 0.001
 SHARES = ("t_bubble", "t_tp", "t_cp", "t_ep", "t_dp", "t_p2p", "t_optimizer")
 
 
@@ -60,7 +66,7 @@ class ResidualModel:
             alpha = gamma / max(float(w @ w), 1e-12)
             beta = max(n - gamma, 1e-6) / max(float(np.sum((y - x @ w) ** 2)), 1e-12)
             converged = abs(alpha - self.alpha) < 1e-6 * alpha and abs(beta - self.beta) < 1e-6 * beta
-            self.alpha, self.beta = min(alpha, 1e12), min(beta, 1e12)
+            self.alpha, self.beta = min(alpha, PRIOR_STD ** -2), min(beta, NOISE_STD ** -2)
             if converged:
                 break
         a = self.alpha * np.eye(d) + self.beta * xtx

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from stageopt.errors import StageoptError
-from stageopt.hardware import load_hardware
+from stageopt.hardware import apply_hw_overrides, load_hardware
 from stageopt.model import load_model
 from stageopt.parallel.feasibility import validate_plan
 from stageopt.parallel.plan import Plan
@@ -24,10 +24,10 @@ SMALL = HERE / "spaces" / "small.yaml"
 REPO = HERE.parents[1]
 
 
-def brute_force_small() -> tuple[int, float, str]:
+def brute_force_small(hw_set: tuple[str, ...] = ()) -> tuple[int, float, str]:
     """(feasible plan count, best time, best plan) of spaces/small.yaml, enumerated without stageopt.search."""
     model = load_model("llama3-8b", ["seq=4096"])
-    hw = load_hardware("h100-sxm")
+    hw = apply_hw_overrides(load_hardware("h100-sxm"), list(hw_set))
     plans = []
     for tp, pp, mbs, zero, rc in itertools.product((1, 2, 4, 8), (1, 2, 4), (1, 2), (0, 1), ("none", "full")):
         try:
