@@ -104,5 +104,8 @@ def _chunks(space: SearchSpace, sample: np.ndarray | None,
         rejected = Counter({_GPUS_RULE: int((~ok_gpus).sum()), _BATCH_RULE: int((ok_gpus & ~ok).sum())})
         names = list(cols)
         kept = [cols[name][ok].tolist() for name in names]
-        rows = [{**fixed, **dict(zip(names, combo))} for combo in zip(*kept)] if names else [dict(fixed)] * int(ok.sum())
+        if not names:
+            yield [dict(fixed)] * int(ok.sum()), +rejected, n
+            continue
+        rows = [{**fixed, **dict(zip(names, combo))} for combo in zip(*kept)]
         yield rows, +rejected, n

@@ -37,6 +37,7 @@ from stageopt.search.census import Census, plan_fields
 from stageopt.search.driver import LoopStats
 from stageopt.search.executors import RayExecutor
 from stageopt.search.objective import OK, Objective, Outcome, estimate_outcome, failed_outcome
+from stageopt.search.progress import Progress
 from stageopt.search.ranking import preferred_order, simplicity_columns
 from stageopt.search.record import add_outcomes
 from stageopt.search.residual import ResidualModel, plan_features
@@ -55,6 +56,7 @@ class ConfirmConfig:
     backend: str
     seed: int = 0
     use_model: bool = True  # False: plain analytical order (brute / grid)
+    progress: bool = False  # a live bar (TTY) or a periodic status line on stderr
 
 
 class Confirmation:
@@ -62,10 +64,10 @@ class Confirmation:
 
     def __init__(self, *, study: optuna.Study, space: SearchSpace, census: Census, objectives: tuple[Objective, ...],
                  catalog: HardwareCatalog, cache: ResultCache, executor: RayExecutor, config: ConfirmConfig,
-                 sync: Callable[[], None] = lambda: None, progress: Callable[[int, int], None] | None = None) -> None:
+                 sync: Callable[[], None] = lambda: None) -> None:
         self.study, self.space, self.census, self.objectives = study, space, census, objectives
         self.catalog, self.cache, self.executor, self.config = catalog, cache, executor, config
-        self.sync, self.progress = sync, progress
+        self.sync = sync
         self.stats = LoopStats()
         self.order = census.ranked_rows(objectives)  # feasible rows, analytically best first
         self._plans = {int(r): plan_fields(census.cands[int(r)]) for r in self.order}
@@ -78,6 +80,9 @@ class Confirmation:
         return len(self.cache.simulated)
 
     def run(self, seeds: list[tuple[dict, Candidate]] = ()) -> LoopStats:  # type: ignore[assignment]
+        total = min(self.config.budget, len(self.order) + len(seeds))
+        self.bar = Progress(total, f"{self.config.backend} simulations", "plans", enabled=self.config.progress)
+        self.bar.update(self.simulations)
         try:
             extra = [(ch, c) for ch, c in seeds if c.key not in self.cache.simulated]
             if extra:
@@ -91,6 +96,7 @@ class Confirmation:
                 self._simulate([(self.census.choices_list[r], self.census.cands[r]) for r in batch])
             self.stats.stop_reason = self.stats.stop_reason or "budget"
         finally:
+            self.bar.close()
             self.executor.close()
             self.stats.elapsed_s = time.perf_counter() - self.stats.started
         return self.stats
@@ -175,8 +181,7 @@ class Confirmation:
             self.stats.oom += outcome.status == "oom"
         add_outcomes(self.study, self.space, recorded, self.objectives, simulated=True)
         self.sync()
-        if self.progress is not None:
-            self.progress(self.simulations, self.config.budget)
+        self.bar.update(len(recorded))
 
     def _outcome(self, cand: Candidate, result: Estimate | str) -> Outcome:
         if not isinstance(result, Estimate):

@@ -19,16 +19,23 @@ import time
 from collections.abc import Callable
 
 import optuna
-from optuna.trial import TrialState
 
 from stageopt.errors import StageoptError
-from stageopt.search.cache import RESULT_ATTR, ResultCache, stored_result
+from stageopt.search.cache import ResultCache
 from stageopt.search.candidate import HardwareCatalog, make_candidate
 from stageopt.search.census import take_census
 from stageopt.search.dimensions import Dimension, Value
 from stageopt.search.driver import LoopStats, best_outcomes
 from stageopt.search.executors import RayExecutor
-from stageopt.search.objective import FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
+from stageopt.search.objective import (
+    OK,
+    Objective,
+    Outcome,
+    estimate_outcome,
+    failed_outcome,
+    invalid_outcome,
+)
+from stageopt.search.record import tell_trial
 from stageopt.search.space import SearchSpace
 from stageopt.search.strategy import Answer
 from stageopt.sim.base import Estimate
@@ -37,7 +44,8 @@ from stageopt.sim.base import Estimate
 def hardware_space(space: SearchSpace, chosen: dict[str, Value]) -> SearchSpace:
     """The plan part of ``space`` on one hardware candidate (every hardware dimension fixed to one value)."""
     fixed = tuple(Dimension(name=d.name, values=(chosen[d.name],)) for d in space.hw_dims)
-    return dataclasses.replace(space, gpus=(int(chosen.get("gpus", space.gpus[0])),), hw_dims=fixed)  # type: ignore[arg-type]
+    gpus = (int(chosen.get("gpus", space.gpus[0])),)  # type: ignore[arg-type]
+    return dataclasses.replace(space, gpus=gpus, hw_dims=fixed)
 
 
 def best_plan(space: SearchSpace, catalog: HardwareCatalog, chosen: dict[str, Value],
@@ -73,7 +81,7 @@ def outer_search(*, study: optuna.Study, space: SearchSpace, objectives: tuple[O
             if not cached:
                 seen[mark] = _settle(space, catalog, chosen, objectives, executor, backend, cache)
             stats.cached += cached
-            _tell(study, trial, seen[mark], objectives, cached=cached)
+            tell_trial(study, trial, seen[mark], objectives, simulated=not cached, cached=cached)
             stats.told += 1
             sync()
         stats.stop_reason = "budget" if len(seen) >= budget else "ask cap reached (the hardware space repeats)"
@@ -109,14 +117,3 @@ def _settle(space: SearchSpace, catalog: HardwareCatalog, chosen: dict[str, Valu
         outcome = failed_outcome(cand, result, backend)
     cache.put(outcome, simulated=True)
     return outcome
-
-
-def _tell(study: optuna.Study, trial: optuna.trial.Trial, outcome: Outcome, objectives: tuple[Objective, ...],
-          cached: bool) -> None:
-    trial.set_user_attr(RESULT_ATTR, stored_result(outcome, simulated=not cached, cached=cached))
-    if outcome.status == FAILED:
-        study.tell(trial, state=TrialState.FAIL)
-        return
-    for name, value in outcome.constraints().items():
-        trial.set_constraint(name, value)
-    study.tell(trial, outcome.values(objectives))

@@ -41,3 +41,15 @@ def add_outcomes(study: optuna.Study, space: SearchSpace, items: Iterable[tuple[
     trials = [outcome_trial(space, ch, o, objectives, simulated=simulated, extra=extra) for ch, o in items]
     study.add_trials(trials)
     return len(trials)
+
+
+def tell_trial(study: optuna.Study, trial: optuna.trial.Trial, outcome: Outcome, objectives: tuple[Objective, ...],
+               *, simulated: bool, cached: bool = False) -> None:
+    """Tell an asked trial its outcome the same way (record, constraints, values; FAIL when it failed)."""
+    trial.set_user_attr(RESULT_ATTR, stored_result(outcome, simulated=simulated, cached=cached))
+    if outcome.status == FAILED:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return
+    for name, value in outcome.constraints().items():
+        trial.set_constraint(name, value)
+    study.tell(trial, outcome.values(objectives))

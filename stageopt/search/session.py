@@ -28,11 +28,17 @@ from stageopt.search.driver import LoopConfig, LoopStats, SearchLoop
 from stageopt.search.exact import exact_search
 from stageopt.search.executors import RayExecutor
 from stageopt.search.objective import Objective, objectives_for
+from stageopt.search.outer import outer_search
 from stageopt.search.samplers import make_sampler
 from stageopt.search.space import SearchSpace, check_objectives, encode_choices, resolve_space_path, space_from_dict
-from stageopt.search.storage import CrashSafeJournal, check_study_name, fail_running, make_storage, study_exists
+from stageopt.search.storage import (
+    CrashSafeJournal,
+    check_study_name,
+    fail_running,
+    make_storage,
+    study_exists,
+)
 from stageopt.search.strategy import Answer, census_answer, pick_mode, sampled_answer
-from stageopt.search.outer import outer_search
 
 META_ATTR = "stageopt"
 
@@ -171,7 +177,8 @@ def _answer(mode: str, opts: SearchOptions, study: optuna.Study, space: SearchSp
         conf = Confirmation(study=study, space=space, census=census, objectives=objectives, catalog=catalog,
                             cache=cache, executor=executor,
                             config=ConfirmConfig(budget=opts.budget, backend=backend, seed=opts.seed or 0,
-                                                 use_model=opts.sampler == "auto"), sync=sync)
+                                                 use_model=opts.sampler == "auto", progress=opts.progress),
+                            sync=sync)
         return census_answer(mode, conf.run(seeds), cache, census, objectives, backend, [])
     _enqueue_known(study, opts, space, catalog, census if screen else None, objectives)
     config = LoopConfig(budget=opts.budget, max_asks=opts.max_asks or 20 * opts.budget + len(study.trials),

@@ -201,7 +201,8 @@ def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpac
         description=str(data.get("description", "")), source=where, model_source=model_source,
         model_set=model_set, model=first_model, models_by_seq=models, frameworks=frameworks, gpus=gpus,
         hardware=hardware, hw_set=hw_set, reserve_gib=reserve_gib, gbs=gbs_values[0], plan_dims=plan_dims,
-        fixed_plan=fixed, hw_dims=hardware_dims, cost=cost_model(mapping(data.get("cost", {}), f"{where}: cost"), where),
+        fixed_plan=fixed, hw_dims=hardware_dims,
+        cost=cost_model(mapping(data.get("cost", {}), f"{where}: cost"), where),
         objectives=objectives, backend=backend, screen=screen)
 
 

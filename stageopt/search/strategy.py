@@ -48,10 +48,11 @@ class Answer:
     analytical_best: list[Outcome] = field(default_factory=list)  # the census's (for side-by-side)
     lines: list[str] = field(default_factory=list)  # one-line statements for the user
     loop: SearchLoop | None = None
+    scored: int | None = None  # exact mode: plans the census scored (its simulations)
 
     @property
     def simulations(self) -> int:
-        return len(self.cache.simulated)
+        return self.scored if self.scored is not None else len(self.cache.simulated)
 
 
 def comparison_lines(best: list[Outcome], census: Census | None, objectives: tuple[Objective, ...],
@@ -90,7 +91,8 @@ def census_answer(mode: str, stats: LoopStats, cache: ResultCache, census: Censu
                   objectives: tuple[Objective, ...], backend: str, lines: list[str]) -> Answer:
     best = best_outcomes(cache.outcomes(), objectives, backend)
     return Answer(mode=mode, stats=stats, cache=cache, best=best, analytical_best=census.front(objectives),
-                  lines=lines + comparison_lines(best, census, objectives, backend, mode))
+                  lines=lines + comparison_lines(best, census, objectives, backend, mode),
+                  scored=len(census) if mode == "exact" else None)
 
 
 ProgressFn = Callable[[int, int], None]

@@ -27,7 +27,8 @@ def _finished(journal: Path, name: str) -> dict[int, tuple]:
 def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
     runs, name, budget = tmp_path / "runs", "k", 150
     journal = runs / name / "journal.log"
-    args = ["search", "--sampler", "tpe", "--budget", str(budget), "--seed", "5", "--runs-dir", str(runs), "--study-name", name,
+    args = ["search", "--sampler", "tpe", "--budget", str(budget), "--seed", "5", "--runs-dir", str(runs),
+            "--study-name", name,
             "--no-plots", "--json"]
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     proc = subprocess.Popen([sys.executable, "-m", "stageopt.cli", *args], cwd=REPO, env=env,
