@@ -1,8 +1,7 @@
 """Ray speed-up of a replay-backend search: --workers 2 against --workers 1 on the same plans.
 
-Both runs screen the space analytically and simulate the same top-N plans with the
-event replay (``--screen analytical --screen-top N --budget N``), so they do the same
-work; without --seed, free workers are refilled at once. Ray start-up is excluded
+Both runs simulate the census's top-N plans in analytical order with the event replay
+(``--sampler brute --budget N``), so they do the same work in batches of one per worker. Ray start-up is excluded
 (the wall time is the search loop's). Run on a machine with >= 2 free cores:
 python experiments/search/ray_speedup.py [N] [space]; writes ray_speedup.json beside it.
 """
@@ -18,9 +17,9 @@ from stageopt.search.session import SearchOptions, run_search
 
 
 def timed(workers: int, n: int, space: str, runs: str) -> dict:
-    res = run_search(SearchOptions(space=space, backend="replay", screen="analytical", screen_top=n, budget=n,
+    res = run_search(SearchOptions(space=space, backend="replay", sampler="brute", budget=n,
                                    workers=workers, runs_dir=runs, study_name=f"w{workers}"))
-    return {"workers": workers, "simulations": len(res.loop.cache.simulated), "loop_s": round(res.stats.elapsed_s, 2),
+    return {"workers": workers, "simulations": res.answer.simulations, "loop_s": round(res.stats.elapsed_s, 2),
             "failed": res.stats.failed}
 
 

@@ -28,7 +28,7 @@ from stageopt.search.census_grid import enumerate_space, flat_indices
 from stageopt.search.dimensions import Value
 from stageopt.search.objective import Objective, Outcome, estimate_outcome
 from stageopt.search.progress import Progress
-from stageopt.search.ranking import preferred_order, simplicity_columns
+from stageopt.search.ranking import first_of_equals, non_dominated, preferred_order, simplicity_columns
 from stageopt.search.space import SearchSpace
 from stageopt.sim.analytical import estimate_from_row
 from stageopt.sim.analytical_batch import evaluate_plans
@@ -125,10 +125,10 @@ class Census:
             return []
         if len(objectives) == 1:
             return [self.outcome(int(rows[0]))]
-        from stageopt.search.ranking import non_dominated
-
-        mask = non_dominated(self.objective_matrix(objectives, rows))
-        return [self.outcome(int(i)) for i in rows[mask]]
+        values = self.objective_matrix(objectives, rows)
+        front = rows[non_dominated(values)]
+        front = front[first_of_equals(self.objective_matrix(objectives, front))]
+        return [self.outcome(int(i)) for i in front]
 
 
 def plan_fields(cand: Candidate) -> dict:

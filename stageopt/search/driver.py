@@ -35,7 +35,13 @@ from stageopt.search.census import Census
 from stageopt.search.dimensions import Value
 from stageopt.search.executors import RayExecutor, analytical_estimates
 from stageopt.search.objective import FAILED, OK, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
-from stageopt.search.ranking import non_dominated, plan_fields_of_text, preferred_order, simplicity_columns
+from stageopt.search.ranking import (
+    first_of_equals,
+    non_dominated,
+    plan_fields_of_text,
+    preferred_order,
+    simplicity_columns,
+)
 from stageopt.search.refine import neighbours
 from stageopt.search.space import SearchSpace, encode_choices
 from stageopt.search.storage import CrashSafeJournal
@@ -307,5 +313,7 @@ def best_outcomes(outcomes: list[Outcome], objectives: tuple[Objective, ...], ba
     if len(objectives) == 1 or not ranked:
         return ranked[:1]
     signs = np.array([1.0 if o.direction == "minimize" else -1.0 for o in objectives])
-    front = non_dominated(np.array([o.values(objectives) for o in ranked]) * signs)
-    return [o for o, on in zip(ranked, front) if on]
+    values = np.array([o.values(objectives) for o in ranked]) * signs
+    front = [i for i in np.flatnonzero(non_dominated(values))]
+    keep = first_of_equals(values[front])
+    return [ranked[i] for i, k in zip(front, keep) if k]

@@ -99,3 +99,16 @@ def preferred_order(values: np.ndarray, memory: np.ndarray, simple: list[np.ndar
     if front_first and v.shape[1] > 1:
         keys.append(~non_dominated(v))
     return np.lexsort(keys)
+
+
+def first_of_equals(values: np.ndarray) -> np.ndarray:
+    """Mask keeping the first row of each group of rows with equal (quantized) values: on a front already in
+    preferred order, a plan that only ties a better-placed one (same objectives, more memory) is dropped."""
+    q = quantize(values)
+    seen: set[tuple] = set()
+    keep = np.zeros(len(q), dtype=bool)
+    for i, row in enumerate(map(tuple, q)):
+        if row not in seen:
+            seen.add(row)
+            keep[i] = True
+    return keep

@@ -182,7 +182,7 @@ def _answer(mode: str, opts: SearchOptions, study: optuna.Study, space: SearchSp
         return census_answer(mode, conf.run(seeds), cache, census, objectives, backend, [])
     _enqueue_known(study, opts, space, catalog, census if screen else None, objectives)
     config = LoopConfig(budget=opts.budget, max_asks=opts.max_asks or 20 * opts.budget + len(study.trials),
-                        batch=opts.batch, backend=backend, refine=opts.sampler == "tpe")
+                        batch=opts.batch, backend=backend, refine=opts.sampler in ("tpe", "auto"))
     loop = SearchLoop(study=study, space=space, objectives=objectives, catalog=catalog, cache=cache,
                       census=census, config=config, executor=executor, journal=journal,
                       synchronous=opts.seed is not None or executor is None, progress=progress)

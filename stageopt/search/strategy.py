@@ -12,6 +12,7 @@ asked for — and every mode must leave the same kind of study behind.
 | expensive | enumerable | brute, grid | ``confirm`` in plain analytical order |
 | any | hardware ranges | auto, tpe, nsga2, cmaes, ... | ``outer``: Optuna on hardware, exact census per candidate |
 | any | enumerable | tpe, nsga2, gp, cmaes, random | ``sample``: the Optuna ask/tell loop |
+| any | plan part above 2M combinations | auto | ``sample`` with TPE |
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def pick_mode(sampler: str, expensive: bool, space: SearchSpace) -> str:
 
     if not space.enumerable or (space.size() > MAX_ENUMERATE and space.hardware_dims):
         return "outer"
+    if space.size() > MAX_ENUMERATE:
+        return "sample"  # too many plans to enumerate: Optuna samples (the census is then a seeded sample)
     if sampler in CENSUS_SAMPLERS:
         return "confirm" if expensive else "exact"
     return "sample"

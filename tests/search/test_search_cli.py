@@ -28,10 +28,8 @@ def test_analytical_search_returns_the_exact_optimum_and_records_it(runs: Path) 
     assert len(study.trials) == 10  # the exact top 10, not a sample
     rows = list(csv.DictReader((runs / "s" / "trials.csv").open()))
     assert len(rows) == out["trials"]
-    simulated = {r["tp"] + r["pp"] + r["mbs"] + r["zero"] + r["recompute"] for r in rows if r["simulated"] == "True"}
-    assert len(simulated) == out["simulations"]  # each simulated plan once; repeats were cache hits
-    feasible = {r["tp"] + r["pp"] + r["mbs"] + r["zero"] + r["recompute"] for r in rows if r["status"] == "ok"}
-    assert len(feasible) <= n_feasible
+    assert len({r["plan"] for r in rows}) == 10 and all(r["status"] == "ok" for r in rows)  # 10 distinct plans
+    assert out["simulations"] >= n_feasible  # every valid plan was scored by the census
     best = json.loads((runs / "s" / "best.json").read_text())
     assert best["best"][0]["plan"] == best_plan
 
