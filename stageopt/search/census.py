@@ -72,6 +72,14 @@ class Census:
         """Candidate key -> the first combination of dimension values that produces it."""
         return {c.key: ch for c, ch in zip(self.cands, self.choices_list)}
 
+    def choices_of(self, key: str) -> dict[str, Value]:
+        """The first combination of dimension values that produces candidate ``key``."""
+        return self.choices_list[self._index[key]]
+
+    def row(self, key: str) -> int | None:
+        """The census row of candidate ``key`` (None when the census does not hold it)."""
+        return self._index.get(key)
+
     @property
     def feasible_mask(self) -> np.ndarray:
         return self.arrays["free_gib"] >= 0

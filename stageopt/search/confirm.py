@@ -143,7 +143,7 @@ class Confirmation:
         """Untried rows with the lowest optimistic time under the residual model (all objectives follow time)."""
         done = [(self._position[row], o) for o in self.cache.outcomes()
                 if o.status == OK and o.record.get("backend") == self.config.backend
-                and (row := self.census._index.get(o.key, -1)) in self._position]
+                and (row := self.census.row(o.key)) in self._position]
         ana_t = self.census.arrays["iteration_time_s"][self.order]
         pos = np.array([self._position[r] for r in untried])
         shift = np.zeros(len(pos))
@@ -170,7 +170,7 @@ class Confirmation:
         for choices, cand in items:
             self.executor.submit((choices, cand), cand, self.catalog.get(cand.hw_key))
         results = self.executor.poll(wait_all=True)
-        results.sort(key=lambda r: self.census._index.get(r[0][1].key, -1))
+        results.sort(key=lambda r: (self.census.row(r[0][1].key) is not None, self.census.row(r[0][1].key) or 0))
         recorded: list[tuple[dict, Outcome]] = []
         for (choices, cand), result in results:
             outcome = self._outcome(cand, result)

@@ -35,7 +35,7 @@ def exact_search(study: optuna.Study, space: SearchSpace, census: Census, object
     best = census.ranked(objectives, top)
     front = census.front(objectives)
     keep = {o.key: o for o in [*best, *front]}
-    fresh = [(census.choices_list[census._index[k]], o) for k, o in keep.items() if k not in cache]
+    fresh = [(census.choices_of(k), o) for k, o in keep.items() if k not in cache]
     for _, outcome in fresh:
         cache.put(outcome, simulated=True)
     recorded = add_outcomes(study, space, fresh, objectives, simulated=True)

@@ -55,7 +55,7 @@ def best_plan(space: SearchSpace, catalog: HardwareCatalog, chosen: dict[str, Va
     census = take_census(sub, HardwareCatalog(sub, reserve_gib=catalog.reserve_override))
     ranked = census.ranked(objectives, 1)
     if ranked:
-        return ranked[0], sub.complete(census.choices[ranked[0].key])
+        return ranked[0], sub.complete(census.choices_of(ranked[0].key))
     return invalid_outcome(_hw_key(chosen), f"no plan fits on this hardware ({len(census):,} valid plans, "
                                             "none within memory)"), None
 

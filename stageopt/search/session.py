@@ -213,7 +213,7 @@ def _enqueue_known(study: optuna.Study, opts: SearchOptions, space: SearchSpace,
     if screened is not None:
         top = opts.screen_top if opts.screen_top is not None else max(1, opts.budget // 2)
         for outcome in screened.ranked(objectives)[:top]:
-            study.enqueue_trial(encode_choices(space, screened.choices[outcome.key]), skip_if_exists=True)
+            study.enqueue_trial(encode_choices(space, screened.choices_of(outcome.key)), skip_if_exists=True)
 
 
 def _space_data(opts: SearchOptions) -> tuple[dict[str, Any], str]:

@@ -74,7 +74,7 @@ def comparison_lines(best: list[Outcome], census: Census | None, objectives: tup
         gap = (b / a - 1) if obj.direction == "minimize" else (a / b - 1)
         return [f"note: the census's exact optimum is {gap:.1%} better than what the {mode} search found: "
                 f"{obj.label} {a:.4g} with {exact[0].record['plan']}"]
-    rank = census._index.get(best[0].key)
+    rank = census.row(best[0].key)
     pos = [int(r) for r in census.ranked_rows(objectives)].index(rank) + 1 if rank is not None else None
     where = f"analytical rank {pos:,} of {census.n_feasible:,}" if pos else "outside the analytical ranking"
     return [f"analytical optimum: {obj.label} {a:.4g} (analytical) with {exact[0].record['plan']}",
