@@ -53,7 +53,7 @@ def check_fields(obj: object) -> None:
             raise ConfigError(f"{cls_name}.{f.name} = {value!r} is not finite; give a finite number")
         gt, ge, le = f.metadata.get("gt"), f.metadata.get("ge"), f.metadata.get("le")
         if gt is not None and not value > gt:
-            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be > {gt:g}; give a positive value")
+            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be > {gt:g}; give a value above {gt:g}")
         if ge is not None and not value >= ge:
             raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be >= {ge:g}; give a value of at least {ge:g}")
         if le is not None and not value <= le:

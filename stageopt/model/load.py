@@ -6,6 +6,8 @@ fields, or a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, GPT-2 style)
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 import difflib
 import json
@@ -79,6 +81,14 @@ def _coerce(key: str, raw: str) -> Any:
         if lowered in ("0", "false", "no", "off"):
             return False
         raise ConfigError(f"--set {key}={raw}: expected true or false")
+    if kind in ("float", float):
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"--set {key}={raw}: expected a number") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"--set {key}={raw}: expected a finite number")
+        return value
     return raw
 
 

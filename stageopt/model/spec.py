@@ -27,7 +27,12 @@ class ModelSpec:
     routed (and shared) expert. ``dense_layers`` leading layers of an MoE model
     are dense (DeepSeek-V3 has three). ``attention="eager"`` materializes the
     s x s score matrix (as in Korthikanti et al. 2022); ``"flash"`` keeps only
-    the log-sum-exp for backward.
+    the log-sum-exp for backward. ``expert_capacity`` is the tokens the busiest
+    expert-parallel rank processes relative to a perfectly balanced share: 1.0
+    for force-balanced routing (how benchmark tables run MoE models), the load
+    factor of the busiest rank for dropless routing (aux-loss-balanced training
+    typically sees 1.1-1.3), or the capacity factor with token dropping (experts
+    run padded to it). Expert GEMMs, permutes and all-to-alls scale with it.
     """
 
     name: str = "custom"
@@ -52,6 +57,7 @@ class ModelSpec:
     bias: bool = False
     dropout: bool = False
     attention: str = "flash"
+    expert_capacity: float = 1.0
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -112,5 +118,8 @@ def _validate(spec: ModelSpec) -> None:
             raise ConfigError(f"model: top_k={spec.top_k} exceeds experts={spec.experts}; lower top_k")
         if spec.family != "moe":
             raise ConfigError(f"model: experts={spec.experts} set on family={spec.family}; use family=moe")
+        if not 0 < spec.expert_capacity <= spec.experts / spec.top_k:
+            raise ConfigError(f"model: expert_capacity={spec.expert_capacity} must be in (0, experts/top_k="
+                              f"{spec.experts / spec.top_k:g}]; 1.0 is perfectly balanced routing")
         if spec.dense_layers >= spec.layers:
             raise ConfigError(f"model: dense_layers={spec.dense_layers} must be below layers={spec.layers}")

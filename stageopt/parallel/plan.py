@@ -98,6 +98,11 @@ class Plan:
         return self.gbs // (self.mbs * self.dp)
 
     @property
+    def p2p_scatter_gather(self) -> bool:
+        """Pipeline messages carry a 1/tp shard (SP off, tp > 1, the stack scatters and re-gathers)."""
+        return self.framework.pipeline_scatter_gather and not self.sp and self.tp > 1
+
+    @property
     def edp(self) -> int:
         """Data-parallel degree of expert weights (dp / ep)."""
         return self.dp // self.ep

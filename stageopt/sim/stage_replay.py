@@ -7,9 +7,10 @@ compute slot and one communication slot (collectives and sends share it;
 receives take none); whenever a node finishes, ready nodes are issued in
 ascending id order, each if its slot is free; a receive completes when its
 message (matched by sender stage, receiver stage and tag) has arrived — with
-one deliberate difference: data-parallel gradient collectives run on a second,
-background communication slot, as Megatron-LM runs them on their own CUDA
-stream (ZeRO-3's gathers stay on the main slot: measured runs show no overlap). With ASTRA-sim's single slot a gradient bucket issued
+one deliberate difference: data-parallel collectives (gradient buckets, and
+ZeRO-3/FSDP's per-layer parameter gathers, prefetched one block ahead, and
+gradient scatters) run on a second, background communication slot, as
+Megatron-LM and FSDP run them on their own CUDA streams. With ASTRA-sim's single slot a gradient bucket issued
 during the last backward blocks every TP collective and pipeline send behind
 it, and the delay cascades through all stages; ``stageopt replay`` (the
 compatible mode) keeps that rule for bit-exact ASTRA-sim reproduction.
@@ -26,7 +27,7 @@ import numpy as np
 from stageopt.errors import SimulatorError
 from stageopt.program.nodes import COMP, NEXT, RECV, SEND, StageProgram
 
-BACKGROUND_PHASES = ("dp",)
+BACKGROUND_PHASES = ("dp", "zero3")
 
 
 CATEGORIES = ("tp", "cp", "ep", "p2p", "dp")  # order in which exposed communication is attributed

@@ -1,7 +1,8 @@
 """Predicted vs measured for published runs: per-row error, per-source MAPE, rank agreement, regret.
 
-Every prediction comes from :func:`stageopt.sim.run.simulate_plan`, the
-function behind ``stageopt simulate``. Errors are on throughput (the source's
+Every prediction takes the path of :func:`stageopt.sim.run.simulate_plan`, the
+function behind ``stageopt simulate`` (the same workload and hardware builders,
+then the analytical simulator). Errors are on throughput (the source's
 metric, or 1/time), so a row that is predicted 10% fast reads +10% whatever
 its unit. Families are runs of one model on one cluster whose plans differ:
 Spearman's rho of predicted against measured throughput says whether the model
@@ -19,7 +20,10 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from stageopt.errors import StageoptError
-from stageopt.sim.run import simulate_plan
+from stageopt.hardware import Hardware, apply_hw_overrides
+from stageopt.sim.analytical import AnalyticalSimulator
+from stageopt.sim.run import hardware_for, workload_for
+from stageopt.workload import Workload
 from stageopt.validation.flops import source_flops
 from stageopt.validation.runs import PublishedRun
 
@@ -45,10 +49,29 @@ class Comparison:
         return self.throughput_ratio - 1.0
 
 
-def predict(run: PublishedRun, hw_set: Sequence[str] = ()) -> Comparison:
-    """Simulate ``run`` as a user would and express the result in its metric."""
-    work, est = simulate_plan(run.model, run.plan, run.gpus, hardware=run.hardware, framework=run.framework,
-                              model_set=run.model_set, hw_set=(*run.hw_set, *hw_set))
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run's workload and hardware, built once (calibration re-prices them many times)."""
+
+    run: PublishedRun
+    work: Workload
+    hardware: Hardware
+
+
+def prepare(run: PublishedRun) -> PreparedRun:
+    """The workload and hardware ``stageopt simulate`` builds for ``run`` (same functions)."""
+    work = workload_for(run.model, run.plan, run.gpus, framework=run.framework, model_set=run.model_set)
+    return PreparedRun(run=run, work=work, hardware=hardware_for(run.hardware, run.hw_set))
+
+
+def predict(run: PublishedRun | PreparedRun, hw_set: Sequence[str] = ()) -> Comparison:
+    """Simulate ``run`` as a user would and express the result in its metric.
+
+    ``hw_set`` adds hardware overrides after the row's own (calibration).
+    """
+    prepared = run if isinstance(run, PreparedRun) else prepare(run)
+    run, work = prepared.run, prepared.work
+    est = AnalyticalSimulator().evaluate(work, apply_hw_overrides(prepared.hardware, list(hw_set)))
     t = est.iteration_time_s
     if run.metric == "tokens_per_s_per_gpu":
         value = est.tokens_per_s / run.gpus
