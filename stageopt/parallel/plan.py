@@ -12,8 +12,10 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 
-from stageopt.errors import InfeasiblePlan
+from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
+from stageopt.inputs.gate import shorten
+from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -57,7 +59,11 @@ class Plan:
         for name in ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InfeasiblePlan(f"plan field '{name}' must be a positive integer, got {value!r}")
+                raise InfeasiblePlan(f"plan field '{name}' must be a positive integer, got {shorten(value)}")
+            _within_bound(name, value)
+        if self.gpus > MAX_GPUS:
+            raise InfeasiblePlan(f"plan: dp*tp*cp*pp = {self.gpus:.3g} GPUs is above the bound {MAX_GPUS:.0e} "
+                                 "(the largest clusters have ~10^6 GPUs); check the degrees for a typo")
         self._fill_from_framework()
         if self.zero not in (0, 1, 2, 3):
             raise InfeasiblePlan(f"plan field 'zero' must be 0, 1, 2 or 3, got {self.zero!r}")
@@ -134,6 +140,8 @@ class Plan:
         if framework is not None and named is not None and named != framework.name:
             raise InfeasiblePlan(f"plan says framework={named} but --framework is {framework.name}; give one")
         fields["framework"] = framework or load_profile(named)
+        if gpus is not None:
+            check_gpus(gpus)
         for name in ("tp", "cp", "pp"):
             value = fields.get(name, 1)
             if value < 1:
@@ -150,6 +158,14 @@ class Plan:
         if "gbs" not in fields:
             fields["gbs"] = fields.get("mbs", 1) * fields["dp"]
         return cls(**fields)
+
+
+def _within_bound(name: str, value: int) -> None:
+    bound, why = PLAN_BOUNDS[name]
+    try:
+        check_count(value, f"plan field '{name}'", low=1, high=bound, why=why)
+    except ConfigError as err:
+        raise InfeasiblePlan(str(err)) from None
 
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero")
