@@ -232,6 +232,13 @@ def _results(ctx: CheckContext, files: dict[int, Path], workers: int, full: list
             yield from results
 
 
+def _check_counts(max_per_kind: int, workers: int) -> None:
+    if max_per_kind < 1:
+        raise ConfigError(f"max_per_kind={max_per_kind}; it must be at least 1")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"workers={workers}; give 1 to {MAX_WORKERS} processes")
+
+
 def validate_trace_dir(
     directory: os.PathLike | str,
     prefix: str = "workload",
@@ -254,10 +261,7 @@ def validate_trace_dir(
         raise ConfigError(f"trace directory {directory} does not exist or is not a directory")
     if comm_groups is not None and not Path(comm_groups).is_file():
         raise ConfigError(f"comm-group file {comm_groups} does not exist; omit it to use {directory}/{prefix}.json")
-    if max_per_kind < 1:
-        raise ConfigError(f"max_per_kind={max_per_kind}; it must be at least 1")
-    if not 1 <= workers <= MAX_WORKERS:
-        raise ConfigError(f"workers={workers}; give 1 to {MAX_WORKERS} processes")
+    _check_counts(max_per_kind, workers)
     files = _find_rank_files(directory, prefix)
     world = max(files) + 1
     groups_path = Path(comm_groups) if comm_groups is not None else _group_file(directory, prefix)
