@@ -171,6 +171,12 @@ def read_system_config(path: os.PathLike | str) -> SystemConfig:
     for key in data:
         if key not in _SYSTEM_KEYS:
             raise ConfigError(f"{path}: unknown key {shorten(key)}; known keys are {', '.join(sorted(_SYSTEM_KEYS))}")
+    for key in sorted(_IGNORED_SYSTEM_KEYS & set(data)):  # not used here, but ASTRA-sim reads them
+        if key == "local-mem-trace-filename":
+            if not isinstance(data[key], str):
+                raise ConfigError(f"{path}: {key!r} must be a file name, got {shorten(data[key])}")
+        else:
+            _number(path, key, data[key], minimum=0)
     for key in _REQUIRED_SYSTEM_KEYS:
         if key not in data:
             raise ConfigError(f"{path}: missing key {key!r}; ASTRA-sim needs it (see configs in shared/reference)")

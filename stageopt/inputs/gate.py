@@ -9,7 +9,8 @@ bytes, refused above a size limit, decoded as strict UTF-8, and parsed:
   document expands to (aliases included) before building any Python object,
   so ``&a [*a, *a, ...]`` nested ten deep is refused at load instead of
   exhausting memory later when something prints it;
-* JSON without the non-standard ``NaN``/``Infinity`` constants.
+* JSON without the non-standard ``NaN``/``Infinity`` constants, and without
+  repeated keys (``json`` keeps the last one silently, as PyYAML does).
 
 Every failure is a :class:`~stageopt.errors.ConfigError` with one line naming
 the file and the fix. Values quoted in messages go through :func:`shorten`.
@@ -18,7 +19,9 @@ the file and the fix. Values quoted in messages go through :func:`shorten`.
 from __future__ import annotations
 
 import json
+import re
 import reprlib
+from itertools import accumulate
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,9 +30,12 @@ import yaml
 
 from stageopt.errors import ConfigError
 
-CONFIG_MAX_BYTES = 4 * 2**20  # a hand-written config is a few KB; 4 MiB leaves room for generated ones
+CONFIG_MAX_BYTES = 2**20  # a hand-written config is a few KB (the largest shipped is ~5 KB)
 MAX_EXPANDED_NODES = 100_000  # the largest shipped space expands to < 1,000 YAML nodes
+MAX_FLOW_DEPTH = 64  # shipped configs nest at most 3 deep
 _SHORT = 80
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_FLOW_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 _BOMS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)",
          b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32"}
@@ -50,6 +56,12 @@ def shorten(value: object, limit: int = _SHORT) -> str:
     if len(text) > limit:
         text = f"{text[: limit - 15]}... ({len(text)} chars)"
     return text.replace("\n", "\\n")
+
+
+def clip(text: str, limit: int = _SHORT) -> str:
+    """Plain text cut to ``limit`` characters (for echoing what the user typed)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[: limit - 15]}... ({len(text)} chars)"
 
 
 def read_text(path: Path | str, what: str, max_bytes: int = CONFIG_MAX_BYTES) -> str:
@@ -149,9 +161,26 @@ def _yaml_error(err: yaml.YAMLError, path: Path | str) -> ConfigError:
     return ConfigError(f"{where}: malformed YAML ({problem}); fix the syntax")
 
 
+def flow_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` brackets (quoted ones counted too: an upper bound).
+
+    Why: PyYAML's scanner revisits every open flow level at each token, so
+    ``[[[[...`` costs time quadratic in its depth (a 4 MiB file would never
+    finish); counting brackets first costs one pass in C.
+    """
+    brackets = _NOT_BRACKET.sub("", text)
+    return max(accumulate(map(_FLOW_DELTA.__getitem__, brackets)), default=0)
+
+
 def parse_yaml(text: str, path: Path | str, max_nodes: int = MAX_EXPANDED_NODES) -> Any:
     """Parse one YAML document with the gate's rules (see the module docstring)."""
-    loader = _GateLoader(text)
+    if flow_depth(text) > MAX_FLOW_DEPTH:
+        raise ConfigError(f"{path}: the YAML nests [ ] or {{ }} more than {MAX_FLOW_DEPTH} deep; a config is never "
+                          "nested like that, flatten it")
+    try:
+        loader = _GateLoader(text)  # the reader refuses control characters here already
+    except yaml.YAMLError as err:
+        raise _yaml_error(err, path) from None
     loader.name = str(path)
     try:
         root = loader.get_single_node()
@@ -173,10 +202,25 @@ def _no_constant(name: str) -> None:
     raise ValueError(name)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _DuplicateKey(dup)
+    return out
+
+
 def parse_json(text: str, path: Path | str) -> Any:
-    """Parse JSON, refusing ``NaN``/``Infinity`` (not JSON, and never a valid size or count)."""
+    """Parse JSON, refusing ``NaN``/``Infinity`` (not JSON, and never a valid size or count) and repeated keys."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object_no_duplicates)
+    except _DuplicateKey as err:
+        raise ConfigError(f"{path}: duplicate key {shorten(err.args[0])} in a JSON object; keep only one") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
                           "fix the syntax") from None

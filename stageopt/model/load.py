@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stageopt.errors import ConfigError
-from stageopt.inputs.gate import load_document, shorten
+from stageopt.inputs.gate import clip, load_document, shorten
 from stageopt.model.spec import ModelSpec
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -54,11 +54,11 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"--set '{item}' is not key=value; write e.g. --set layers=32")
+            raise ConfigError(f"--set '{clip(item)}' is not key=value; write e.g. --set layers=32")
         if key not in _FIELDS:
             hint = difflib.get_close_matches(key, list(_FIELDS), n=1)
             fix = f"did you mean '{hint[0]}'?" if hint else "'stageopt presets --fields' lists them"
-            raise ConfigError(f"--set {key}: unknown model field; {fix}")
+            raise ConfigError(f"--set {clip(key)}: unknown model field; {fix}")
         out[key] = _coerce(key, raw.strip())
     return out
 
@@ -69,14 +69,14 @@ def _coerce(key: str, raw: str) -> Any:
         try:
             return int(raw)
         except ValueError:
-            raise ConfigError(f"--set {key}={raw}: expected an integer") from None
+            raise ConfigError(f"--set {key}={clip(raw)}: expected an integer") from None
     if kind in ("bool", bool):
         lowered = raw.lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"--set {key}={raw}: expected true or false")
+        raise ConfigError(f"--set {key}={clip(raw)}: expected true or false")
     return raw
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
-from stageopt.inputs.gate import shorten
+from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 
 RECOMPUTE = ("none", "selective", "full")
@@ -66,17 +66,17 @@ class Plan:
                                  "(the largest clusters have ~10^6 GPUs); check the degrees for a typo")
         self._fill_from_framework()
         if self.zero not in (0, 1, 2, 3):
-            raise InfeasiblePlan(f"plan field 'zero' must be 0, 1, 2 or 3, got {self.zero!r}")
+            raise InfeasiblePlan(f"plan field 'zero' must be 0, 1, 2 or 3, got {shorten(self.zero)}")
         if self.recompute not in RECOMPUTE:
             raise InfeasiblePlan(f"plan field 'recompute' must be one of {', '.join(RECOMPUTE)}, "
-                                 f"got {self.recompute!r}")
+                                 f"got {shorten(self.recompute)}")
         if self.schedule not in SCHEDULES:
             raise InfeasiblePlan(f"plan field 'schedule' must be one of {', '.join(SCHEDULES)}, "
-                                 f"got {self.schedule!r}")
+                                 f"got {shorten(self.schedule)}")
         for name in ("dtype", "grad_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
-                                     f"got {getattr(self, name)!r}")
+                                     f"got {shorten(getattr(self, name))}")
         if self.vpp > 1 and self.schedule != "interleaved":
             raise InfeasiblePlan(f"plan: vpp={self.vpp} needs schedule=interleaved "
                                  f"(got schedule={self.schedule}); set schedule=interleaved or vpp=1")
@@ -180,21 +180,21 @@ def parse_plan_fields(text: str) -> dict[str, object]:
         key, sep, raw = item.partition("=")
         key = _ALIASES.get(key, key)
         if not sep or not raw:
-            raise InfeasiblePlan(f"plan item '{item}' is not key=value; write e.g. \"tp=8 pp=4\"")
+            raise InfeasiblePlan(f"plan item '{clip(item)}' is not key=value; write e.g. \"tp=8 pp=4\"")
         if key not in known:
             hint = difflib.get_close_matches(key, known, n=1)
             fix = f"did you mean '{hint[0]}'?" if hint else f"known keys: {' '.join(known)}"
-            raise InfeasiblePlan(f"plan: unknown key '{key}'; {fix}")
+            raise InfeasiblePlan(f"plan: unknown key '{clip(key)}'; {fix}")
         if key in fields:
             raise InfeasiblePlan(f"plan: '{key}' is given twice; keep one")
         if key in _INT_FIELDS:
             try:
                 fields[key] = int(raw)
             except ValueError:
-                raise InfeasiblePlan(f"plan: {key}={raw} is not an integer") from None
+                raise InfeasiblePlan(f"plan: {key}={clip(raw)} is not an integer") from None
         elif key in _BOOL_FIELDS:
             if raw.lower() not in ("on", "off", "true", "false", "1", "0"):
-                raise InfeasiblePlan(f"plan: {key}={raw} must be on or off")
+                raise InfeasiblePlan(f"plan: {key}={clip(raw)} must be on or off")
             fields[key] = raw.lower() in ("on", "true", "1")
         else:
             fields[key] = raw
