@@ -88,9 +88,12 @@ def _require_count(spec: ModelSpec, names: tuple[str, ...], low: int) -> None:
 
 
 def _require_types(spec: ModelSpec) -> None:
-    for name in ("name", "notes"):
+    for name, longest in (("name", 1000), ("notes", 100_000)):
         if not isinstance(getattr(spec, name), str):
             raise ConfigError(f"model field '{name}' must be text, got {shorten(getattr(spec, name))}")
+        if len(getattr(spec, name)) > longest:
+            raise ConfigError(f"model field '{name}' is {len(getattr(spec, name)):,} characters long; "
+                              f"keep it under {longest:,} (it is printed in every report)")
     for name in ("tied_embeddings", "bias", "dropout"):
         if not isinstance(getattr(spec, name), bool):
             raise ConfigError(f"model field '{name}' must be true or false, got {shorten(getattr(spec, name))}")
