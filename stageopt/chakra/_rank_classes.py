@@ -33,6 +33,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from stageopt.chakra._file_check import (
     ALL_RANKS,
     CheckContext,
@@ -135,6 +137,7 @@ class RankClassifier:
         return result, template
 
     def _value(self, record: bytes) -> tuple[str, object]:
+        """(name, value) of one record; DecodeError (e.g. a pg_name that is not UTF-8) goes to the caller."""
         found = self.values.get(record)
         if found is None:
             attr = AttributeProto.FromString(record)
@@ -147,11 +150,14 @@ class RankClassifier:
         if len(pairs) != cls.distinct or len({m for _, m in pairs}) != cls.distinct:
             return None
         maps: dict[str, dict[object, object]] = {name: {} for name in RANK_SPECIFIC_ATTRS}
-        for old, new in pairs:
-            if old[:_HEAD] != new[:_HEAD]:
-                return None
-            name, value = self._value(old)
-            maps[name][value] = self._value(new)[1]
+        try:
+            for old, new in pairs:
+                if old[:_HEAD] != new[:_HEAD]:
+                    return None
+                name, value = self._value(old)
+                maps[name][value] = self._value(new)[1]
+        except DecodeError:
+            return None  # the full check names the file and offset
         return maps
 
     def _project(self, cls: _Class, rank: int, fname: str, records: list[bytes]) -> FileResult | None:

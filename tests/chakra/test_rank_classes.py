@@ -102,6 +102,18 @@ def test_broken_member_same_findings(clean_set: Path, tmp_path: Path, rank, name
     assert not fast.ok and f"error:{rule}" in fast.finding_counts
 
 
+def test_member_with_undecodable_group_name(clean_set: Path, tmp_path: Path) -> None:
+    """A pg_name that is not UTF-8 (protobuf refuses it) is a decode error, as in a file-by-file check."""
+    broken = _copy(clean_set, tmp_path / "set")
+    path = broken / "workload.5.et"
+    data = path.read_bytes()
+    head = b"\x0a\x07pg_name\xea\x01\x01"
+    at = data.index(head) + len(head)
+    path.write_bytes(data[:at] + b"\xff" + data[at + 1:])
+    fast, _ = _same_report(broken)
+    assert fast.finding_counts.get("error:decode") == 1
+
+
 def test_broken_representative_findings_copied_to_members(clean_set: Path, tmp_path: Path) -> None:
     """A cycle in every rank of a class is found in every one of them, though only one is decoded."""
     broken = _copy(clean_set, tmp_path / "set")
