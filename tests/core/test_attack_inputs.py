@@ -294,7 +294,8 @@ ARG_CASES = [
     (["inspect", *TINY[:6], "--plan", "tp=1", "--gpus", "1", "--set", "zzz=1"], ["zzz", "presets --fields"]),
     (["simulate", *TINY, "--hw-set", "gpu.hbm_gib=nan"], ["hbm_gib", "finite"]),
     (["simulate", *TINY, "--hw-set", "gpu.hbm_gib=1e999"], ["hbm_gib"]),
-    (["simulate", *TINY, "--hw-set", f"scaleup.gpus={10**30}"], ["scaleup.gpus"]),
+    (["simulate", *TINY, "--hw-set", f"node.gpus={10**30}"], ["node.gpus"]),
+    (["simulate", *TINY, "--hw-set", f"node.gpus={10**11}"], ["node.gpus", "1e+07"]),
     (["validate-trace", "/nonexistent-dir"], ["/nonexistent-dir"]),
 ]
 
