@@ -132,8 +132,12 @@ def _load(path: os.PathLike | str, kind: str) -> Any:
     return load_document(path, f"{kind} config", json_file=kind == "system")
 
 
-def _number(path: os.PathLike | str, key: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
-    """A finite numeric value >= ``minimum`` (and below the gate's sanity bound); bools and strings are refused."""
+MAX_SPLITS = 1024  # chunks per collective: ASTRA-sim's configs use 1-64; replay work grows linearly with it
+
+
+def _number(path: os.PathLike | str, key: str, value: Any, *, minimum: float, integer: bool = False,
+            maximum: float | None = None) -> Any:
+    """A finite numeric value in ``[minimum, maximum]`` (maximum: the gate's sanity bound unless given)."""
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
         want = "an integer" if integer else "a number"
@@ -142,6 +146,9 @@ def _number(path: os.PathLike | str, key: str, value: Any, *, minimum: float, in
     if value < minimum:
         want = "an integer" if integer else "a number"
         raise ConfigError(f"{path}: {key!r} must be {want} >= {minimum:g}, got {shorten(value)}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{path}: {key!r} = {shorten(value)} is above {maximum:g} (ASTRA-sim's configs use 1-64, "
+                          "and the replay's work grows with it); give a smaller value")
     return value
 
 
@@ -207,10 +214,12 @@ def read_system_config(path: os.PathLike | str) -> SystemConfig:
         scheduling_policy=SchedulingPolicy(policy),
         endpoint_delay_ns=_number(path, "endpoint-delay", data.get("endpoint-delay", 10), minimum=0, integer=True),
         active_chunks_per_dimension=_number(
-            path, "active-chunks-per-dimension", data.get("active-chunks-per-dimension", 1), minimum=1, integer=True
+            path, "active-chunks-per-dimension", data.get("active-chunks-per-dimension", 1), minimum=1, integer=True,
+            maximum=MAX_SPLITS,
         ),
         preferred_dataset_splits=_number(
-            path, "preferred-dataset-splits", data["preferred-dataset-splits"], minimum=1, integer=True
+            path, "preferred-dataset-splits", data["preferred-dataset-splits"], minimum=1, integer=True,
+            maximum=MAX_SPLITS,
         ),
         local_bw_aware=optimization == "localBWAware",
         local_mem_bw_gbps=float(bw),

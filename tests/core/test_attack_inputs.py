@@ -347,6 +347,17 @@ def test_replay_peak_perf_zero(capsys, tmp_path, trace_set) -> None:
     assert "'peak-perf'" in err and "> 0" in err
 
 
+def test_replay_refuses_splits_that_would_take_hours(capsys, tmp_path, trace_set) -> None:
+    """preferred-dataset-splits multiplies the replay's work; 10^5 ran for minutes before it was bounded."""
+    system = json.loads((trace_set / "system.json").read_text())
+    system["preferred-dataset-splits"] = 100_000
+    path = tmp_path / "system.json"
+    path.write_text(json.dumps(system))
+    code, err = run_cli(capsys, _replay(trace_set, system=path))
+    _check_one_line_exit_2(code, err, "splits 1e5")
+    assert "preferred-dataset-splits" in err and "1024" in err
+
+
 def test_replay_names_group_rank_beyond_network(capsys, tmp_path, trace_set) -> None:
     groups = json.loads((trace_set / "comm_groups.json").read_text())
     groups["1"] = groups["1"] + [99]
