@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import re
 import reprlib
-from itertools import accumulate
 from collections.abc import Mapping
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ _FLOW_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 _BOMS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)",
          b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32"}
-
 
 _REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 6, 6, 4, 6
