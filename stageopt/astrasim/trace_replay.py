@@ -183,4 +183,17 @@ def replay_trace_set(workload: str | os.PathLike, comm_group: str | os.PathLike 
     if comm_group:
         check_groups_fit(groups, network.num_npus, comm_group, f"the network {network_path}")
     programs = load_programs(workload, network.num_npus, system)
+    if not comm_group:
+        _require_no_groups(programs, workload)
     return replay_programs(programs, groups, system, network)
+
+
+def _require_no_groups(programs: Sequence[Sequence[Op]], workload: str | os.PathLike) -> None:
+    """Without a group file, name the missing argument rather than a missing group."""
+    for rank, ops in enumerate(programs):
+        for op in ops:
+            if op.kind == OpKind.COLLECTIVE and op.group:
+                folder = os.path.dirname(os.fspath(workload)) or "."
+                raise ConfigError(f"rank {rank}: node {op.id} uses communicator group {op.group}, but no --comm-group "
+                                  f"file was given; pass the one written with the traces "
+                                  f"(e.g. {os.path.join(folder, 'comm_groups.json')})")

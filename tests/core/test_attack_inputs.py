@@ -368,6 +368,13 @@ def test_replay_names_group_rank_beyond_network(capsys, tmp_path, trace_set) -> 
     assert "[99]" in err and "8 ranks" in err
 
 
+def test_replay_without_group_file_names_the_argument(capsys, trace_set) -> None:
+    argv = [a for a in _replay(trace_set) if a != "--comm-group" and not a.endswith("comm_groups.json")]
+    code, err = run_cli(capsys, argv)
+    _check_one_line_exit_2(code, err, "no --comm-group")
+    assert "no --comm-group file was given" in err and "comm_groups.json" in err
+
+
 def test_validate_trace_refuses_absurd_rank_file(capsys, tmp_path, trace_set) -> None:
     d = tmp_path / "set"
     d.mkdir()
