@@ -1,4 +1,4 @@
-"""Reading the files users edit: one gate for bytes and documents, bounds on sizes, strict schemas.
+"""Reading the files users edit. Owns one gate for bytes and documents, bounds on sizes, strict schemas.
 
 ``gate`` reads every user file (encoding, size, YAML alias expansion and
 nesting, JSON constants, duplicate keys); ``limits`` bounds sizes by what a
