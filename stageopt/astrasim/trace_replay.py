@@ -19,6 +19,7 @@ from stageopt.astrasim.configs import NetworkConfig, SystemConfig, read_network_
 from stageopt.astrasim.events import simulate
 from stageopt.astrasim.records import Op, OpKind, Slot
 from stageopt.chakra import CommType, NodeType, node_attrs, read_comm_groups, read_trace
+from stageopt.chakra.comm_groups import check_groups_fit
 from stageopt.errors import ConfigError, SimulatorError
 
 
@@ -179,5 +180,20 @@ def replay_trace_set(workload: str | os.PathLike, comm_group: str | os.PathLike 
     system = read_system_config(system_path)
     network = read_network_config(network_path)
     groups = read_comm_groups(comm_group) if comm_group else {}
+    if comm_group:
+        check_groups_fit(groups, network.num_npus, comm_group, f"the network {network_path}")
     programs = load_programs(workload, network.num_npus, system)
+    if not comm_group:
+        _require_no_groups(programs, workload)
     return replay_programs(programs, groups, system, network)
+
+
+def _require_no_groups(programs: Sequence[Sequence[Op]], workload: str | os.PathLike) -> None:
+    """Without a group file, name the missing argument rather than a missing group."""
+    for rank, ops in enumerate(programs):
+        for op in ops:
+            if op.kind == OpKind.COLLECTIVE and op.group:
+                folder = os.path.dirname(os.fspath(workload)) or "."
+                raise ConfigError(f"rank {rank}: node {op.id} uses communicator group {op.group}, but no --comm-group "
+                                  f"file was given; pass the one written with the traces "
+                                  f"(e.g. {os.path.join(folder, 'comm_groups.json')})")

@@ -15,6 +15,7 @@ import time
 
 from stageopt.commands.arguments import add_model_plan_args, workload_from_args
 from stageopt.hardware import apply_hw_overrides, load_hardware
+from stageopt.inputs.names import check_plain_name
 from stageopt.program import BUCKETS, ProgramOptions
 from stageopt.program.generate import generate, parse_ranks
 
@@ -42,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_plain_name(args.prefix, "--prefix")
     work = workload_from_args(args)
     hw = apply_hw_overrides(load_hardware(args.hardware), args.hw_set)
     ranks = parse_ranks(args.ranks, work.plan.gpus)

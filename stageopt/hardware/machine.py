@@ -25,6 +25,7 @@ import numpy as np
 from stageopt.errors import ConfigError
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
 from stageopt.hardware.efficiency import GpuEfficiency, gemm_padded_flops
+from stageopt.inputs.limits import MAX_GPUS
 from stageopt.inputs.schema import bounds, check_fields
 
 DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
@@ -119,7 +120,7 @@ class Node:
     the domain. For ``fully_connected`` it is spread over ``gpus - 1`` peer links.
     """
 
-    gpus: int = field(metadata=bounds(ge=1, doc="GPUs per scale-up domain"))
+    gpus: int = field(metadata=bounds(ge=1, le=MAX_GPUS, doc="GPUs per scale-up domain"))
     bandwidth_gbps: float = field(metadata=bounds(gt=0))
     latency_us: float = field(metadata=bounds(ge=0))
     topology: NodeTopology = "switch"
@@ -141,7 +142,7 @@ class ScaleOut:
     bandwidth_gbps: float = field(metadata=bounds(gt=0))
     latency_us: float = field(metadata=bounds(ge=0))
     topology: ScaleOutTopology = "fat_tree"
-    nodes: int | None = field(default=None, metadata=bounds(ge=2))
+    nodes: int | None = field(default=None, metadata=bounds(ge=2, le=MAX_GPUS))
     collectives: CollectiveAlgorithms = CollectiveAlgorithms()
     efficiency: float = field(default=1.0, metadata=bounds(gt=0.3, le=1.0, doc="bus bandwidth reached (nccl-tests)"))
 

@@ -6,17 +6,14 @@ fields, or a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, GPT-2 style)
 
 from __future__ import annotations
 
-import math
-
 import dataclasses
 import difflib
-import json
+import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import clip, load_document, shorten
 from stageopt.model.spec import ModelSpec
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -40,7 +37,7 @@ def spec_from_dict(fields: dict[str, Any], origin: str = "model") -> ModelSpec:
         key = unknown[0]
         hint = difflib.get_close_matches(key, list(_FIELDS), n=1)
         fix = f"did you mean '{hint[0]}'?" if hint else f"known fields: {', '.join(_FIELDS)}"
-        raise ConfigError(f"{origin}: unknown model field '{key}'; {fix}")
+        raise ConfigError(f"{origin}: unknown model field {shorten(key)}; {fix}")
     missing = [n for n, f in _FIELDS.items()
                if f.default is dataclasses.MISSING and n not in fields]
     if missing:
@@ -58,11 +55,11 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"--set '{item}' is not key=value; write e.g. --set layers=32")
+            raise ConfigError(f"--set '{clip(item)}' is not key=value; write e.g. --set layers=32")
         if key not in _FIELDS:
             hint = difflib.get_close_matches(key, list(_FIELDS), n=1)
-            fix = f"did you mean '{hint[0]}'?" if hint else "see 'stageopt presets --fields'"
-            raise ConfigError(f"--set {key}: unknown model field; {fix}")
+            fix = f"did you mean '{hint[0]}'?" if hint else "'stageopt presets --fields' lists them"
+            raise ConfigError(f"--set {clip(key)}: unknown model field; {fix}")
         out[key] = _coerce(key, raw.strip())
     return out
 
@@ -73,21 +70,21 @@ def _coerce(key: str, raw: str) -> Any:
         try:
             return int(raw)
         except ValueError:
-            raise ConfigError(f"--set {key}={raw}: expected an integer") from None
+            raise ConfigError(f"--set {key}={clip(raw)}: expected an integer") from None
     if kind in ("bool", bool):
         lowered = raw.lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"--set {key}={raw}: expected true or false")
+        raise ConfigError(f"--set {key}={clip(raw)}: expected true or false")
     if kind in ("float", float):
         try:
             value = float(raw)
         except ValueError:
-            raise ConfigError(f"--set {key}={raw}: expected a number") from None
+            raise ConfigError(f"--set {key}={clip(raw)}: expected a number") from None
         if not math.isfinite(value):
-            raise ConfigError(f"--set {key}={raw}: expected a finite number")
+            raise ConfigError(f"--set {key}={clip(raw)}: expected a finite number")
         return value
     return raw
 
@@ -111,12 +108,7 @@ def _read_source(source: str) -> dict[str, Any]:
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        first = str(err).splitlines()[0]
-        raise ConfigError(f"{path}: malformed {'JSON' if path.suffix == '.json' else 'YAML'} ({first})") from None
+    data = load_document(path, "model file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of model fields, got {type(data).__name__}")
     if "model_type" in data or "architectures" in data:
@@ -125,38 +117,64 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
+_REQUIRED = object()
+
+
+def _hf_int(cfg: dict[str, Any], key: str, origin: str, default: Any = _REQUIRED) -> int:
+    """An integer field of a Hugging Face config; a missing, null, text or fractional value is named."""
+    if key not in cfg or (cfg[key] is None and default is not _REQUIRED):
+        if default is _REQUIRED:
+            raise ConfigError(f"{origin}: Hugging Face config lacks {key!r}; add it (an integer)")
+        return default
+    value = cfg[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{origin}: Hugging Face config field {key!r} = {shorten(value)} is not an integer; "
+                          "give a whole number")
+    return value
+
+
+def _hf_bool(cfg: dict[str, Any], key: str, origin: str, default: bool) -> bool:
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{origin}: Hugging Face config field {key!r} = {shorten(value)} must be true or false")
+    return value
+
+
 def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str, Any]:
-    """Map a Hugging Face transformers config to ModelSpec fields."""
-    kind = str(cfg.get("model_type", "")).lower()
-    try:
-        if kind in ("llama", "mistral", "mixtral", "qwen2"):
-            heads = int(cfg["num_attention_heads"])
-            fields: dict[str, Any] = {
-                "name": cfg.get("_name_or_path") or kind,
-                "family": "llama",
-                "layers": int(cfg["num_hidden_layers"]),
-                "hidden": int(cfg["hidden_size"]),
-                "heads": heads,
-                "kv_heads": int(cfg.get("num_key_value_heads") or heads),
-                "ffn": int(cfg["intermediate_size"]),
-                "vocab": int(cfg["vocab_size"]),
-                "seq": int(cfg.get("max_position_embeddings", 4096)),
-                "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
-            }
-            if cfg.get("head_dim"):
-                fields["head_dim"] = int(cfg["head_dim"])
-            if kind == "mixtral":
-                fields.update(family="moe", experts=int(cfg["num_local_experts"]),
-                              top_k=int(cfg["num_experts_per_tok"]), expert_ffn=int(cfg["intermediate_size"]))
-            return fields
-        if kind == "gpt2":
-            hidden = int(cfg["n_embd"])
-            return {"name": "gpt2", "family": "gpt", "layers": int(cfg["n_layer"]), "hidden": hidden,
-                    "heads": int(cfg["n_head"]), "kv_heads": int(cfg["n_head"]),
-                    "ffn": int(cfg.get("n_inner") or 4 * hidden), "vocab": int(cfg["vocab_size"]),
-                    "seq": int(cfg["n_positions"]), "norm": "layernorm", "activation": "gelu",
-                    "position": "learned", "tied_embeddings": True, "bias": True, "dropout": True}
-    except KeyError as err:
-        raise ConfigError(f"{origin}: Hugging Face config lacks {err.args[0]!r}") from None
+    """Map a Hugging Face transformers config to ModelSpec fields (every value type-checked)."""
+    kind = cfg.get("model_type", "")
+    kind = kind.lower() if isinstance(kind, str) else shorten(kind)
+    named = cfg.get("_name_or_path")
+    if kind in ("llama", "mistral", "mixtral", "qwen2"):
+        heads = _hf_int(cfg, "num_attention_heads", origin)
+        fields: dict[str, Any] = {
+            "name": named if isinstance(named, str) and named else kind,
+            "family": "llama",
+            "layers": _hf_int(cfg, "num_hidden_layers", origin),
+            "hidden": _hf_int(cfg, "hidden_size", origin),
+            "heads": heads,
+            "kv_heads": _hf_int(cfg, "num_key_value_heads", origin, heads),
+            "ffn": _hf_int(cfg, "intermediate_size", origin),
+            "vocab": _hf_int(cfg, "vocab_size", origin),
+            "seq": _hf_int(cfg, "max_position_embeddings", origin, 4096),
+            "tied_embeddings": _hf_bool(cfg, "tie_word_embeddings", origin, False),
+        }
+        head_dim = _hf_int(cfg, "head_dim", origin, 0)
+        if head_dim:
+            fields["head_dim"] = head_dim
+        if kind == "mixtral":
+            fields.update(family="moe", experts=_hf_int(cfg, "num_local_experts", origin),
+                          top_k=_hf_int(cfg, "num_experts_per_tok", origin), expert_ffn=fields["ffn"])
+        return fields
+    if kind == "gpt2":
+        hidden = _hf_int(cfg, "n_embd", origin)
+        heads = _hf_int(cfg, "n_head", origin)
+        return {"name": "gpt2", "family": "gpt", "layers": _hf_int(cfg, "n_layer", origin), "hidden": hidden,
+                "heads": heads, "kv_heads": heads, "ffn": _hf_int(cfg, "n_inner", origin, 4 * hidden),
+                "vocab": _hf_int(cfg, "vocab_size", origin), "seq": _hf_int(cfg, "n_positions", origin),
+                "norm": "layernorm", "activation": "gelu", "position": "learned", "tied_embeddings": True,
+                "bias": True, "dropout": True}
     raise ConfigError(f"{origin}: unsupported Hugging Face model_type {kind!r}; "
                       "supported: llama, mistral, mixtral, qwen2, gpt2 (or write a stageopt YAML)")

@@ -14,6 +14,7 @@ that do not fit together (divisibility) are decided later, by :mod:`stageopt.sea
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,9 @@ import optuna
 
 from stageopt.errors import ConfigError
 from stageopt.hardware import apply_hw_overrides, list_hardware_presets, load_hardware
+from stageopt.inputs.gate import shorten
+from stageopt.inputs.limits import MAX_COUNT, check_count, check_finite, check_gpus
+from stageopt.inputs.names import check_plain_name
 from stageopt.inputs.schema import load_yaml_mapping
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
@@ -165,17 +169,17 @@ def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpac
         try:
             apply_hw_overrides(load_hardware(preset), hw_set)
         except ConfigError as err:
-            raise ConfigError(f"{where}: hardware {preset!r}: {err}") from None
+            raise ConfigError(f"{where}: hardware {shorten(preset)}: {err}") from None
     objectives = tuple(_str_list(data.get("objectives", ["time"]), f"{where}: objectives"))
     check_objectives(objectives, where)
     backend = _text(data.get("backend", "analytical"), f"{where}: backend")
     if backend not in BACKENDS:
-        raise ConfigError(f"{where}: backend {backend!r} unknown; use one of {', '.join(BACKENDS)}")
+        raise ConfigError(f"{where}: backend {shorten(backend)} unknown; use one of {', '.join(BACKENDS)}")
     screen = data.get("screen")
     if screen is not None and screen != "analytical":
-        raise ConfigError(f"{where}: screen {screen!r} unknown; use 'analytical' or leave it out")
+        raise ConfigError(f"{where}: screen {shorten(screen)} unknown; use 'analytical' or leave it out")
     return SearchSpace(
-        name=_text(data.get("name", Path(where).stem), f"{where}: name"),
+        name=_space_name(data, where),
         description=str(data.get("description", "")),
         source=where, model_source=model_source, model_set=model_set, model=model, gpus=gpus,
         hardware=hardware, hw_set=hw_set, gbs=gbs, plan_dims=plan_dims, fixed_plan=fixed, hw_dims=hw_dims,
@@ -190,7 +194,7 @@ def check_objectives(objectives: tuple[str, ...], where: str) -> None:
         if name not in OBJECTIVES:
             close = difflib.get_close_matches(name, OBJECTIVES, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(f"{where}: objective {name!r} unknown; {hint}use {', '.join(OBJECTIVES)}")
+            raise ConfigError(f"{where}: objective {shorten(name)} unknown; {hint}use {', '.join(OBJECTIVES)}")
     if len(set(objectives)) != len(objectives):
         raise ConfigError(f"{where}: objectives {list(objectives)} repeat a name; list each once")
 
@@ -222,20 +226,20 @@ def _plan_values(name: str, raw: Any, where: str) -> list[Value]:
             if isinstance(item, str) and item.lower() in ("on", "off"):
                 item = item.lower() == "on"
             if not isinstance(item, bool):
-                raise ConfigError(f"{where}: {item!r} is not on/off")
+                raise ConfigError(f"{where}: {shorten(item)} is not on/off")
         elif name == "recompute":
             if item not in RECOMPUTE:
-                raise ConfigError(f"{where}: {item!r} is not one of {', '.join(RECOMPUTE)}")
+                raise ConfigError(f"{where}: {shorten(item)} is not one of {', '.join(RECOMPUTE)}")
         elif name == "schedule":
             if item not in SCHEDULES:
-                raise ConfigError(f"{where}: {item!r} is not one of {', '.join(SCHEDULES)}")
+                raise ConfigError(f"{where}: {shorten(item)} is not one of {', '.join(SCHEDULES)}")
         elif name == "zero":
             if item not in (0, 1, 2, 3) or isinstance(item, bool):
-                raise ConfigError(f"{where}: {item!r} is not a ZeRO stage 0, 1, 2 or 3")
+                raise ConfigError(f"{where}: {shorten(item)} is not a ZeRO stage 0, 1, 2 or 3")
         else:
             item = _pos_int(item, where)
         if item in out:
-            raise ConfigError(f"{where}: value {item!r} is listed twice")
+            raise ConfigError(f"{where}: value {shorten(item)} is listed twice")
         out.append(item)
     return out
 
@@ -259,7 +263,7 @@ def _hw_dims(section: Mapping[str, Any], where: str) -> tuple[Dimension, ...]:
         else:
             values = [_pos_float(v, f"{where}: codesign.{name}") for v in raw]
         if not values or len(set(values)) != len(values):
-            raise ConfigError(f"{where}: codesign.{name} must list distinct values, got {raw!r}")
+            raise ConfigError(f"{where}: codesign.{name} must list distinct values, got {shorten(raw)}")
         dims.append(Dimension(name=name, values=tuple(values)))
     return tuple(dims)
 
@@ -270,12 +274,12 @@ def _cost(section: Mapping[str, Any], where: str) -> CostModel:
     known = list_hardware_presets()
     for preset, price in prices.items():
         if str(preset) not in known and not str(preset).endswith((".yaml", ".yml")):
-            raise ConfigError(f"{where}: cost.gpu_hour_usd: {preset!r} is not a hardware preset ({', '.join(known)})")
+            raise ConfigError(f"{where}: cost.gpu_hour_usd: {shorten(preset)} is not a hardware preset ({', '.join(known)})")
         _pos_float(price, f"{where}: cost.gpu_hour_usd.{preset}")
     node = _mapping(section.get("node_gpus_usd_per_gpu_hour", {}), f"{where}: cost.node_gpus_usd_per_gpu_hour")
     return CostModel(
         gpu_hour_usd={str(k): float(v) for k, v in prices.items()},
-        node_gpus_usd_per_gpu_hour={_pos_int(int(k) if str(k).isdigit() else k,
+        node_gpus_usd_per_gpu_hour={_pos_int(int(k) if str(k).isdigit() and len(str(k)) < 20 else k,
                                              f"{where}: cost.node_gpus_usd_per_gpu_hour"):
                                     _nonneg_float(v, f"{where}: cost.node_gpus_usd_per_gpu_hour.{k}")
                                     for k, v in node.items()},
@@ -293,20 +297,20 @@ def _check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
-            raise ConfigError(f"{where}: unknown key '{key}'; {hint}")
+            raise ConfigError(f"{where}: unknown key {shorten(key)}; {hint}")
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {shorten(value)}")
     return value
 
 
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+        raise ConfigError(f"{where}: expected a non-empty string, got {shorten(value)}")
     return value
 
 
@@ -317,10 +321,18 @@ def _str_list(value: Any, where: str) -> list[str]:
     return [_text(v, where) for v in items]
 
 
+def _space_name(data: Mapping[str, Any], where: str) -> str:
+    """The study folder's stem: a given ``name:`` must be a plain name; the file's stem is made one."""
+    if "name" in data:
+        return check_plain_name(data["name"], f"{where}: name")
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", Path(where).stem).lstrip("._-")
+    return stem[:100] or "space"
+
+
 def _pos_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
-    return value
+        raise ConfigError(f"{where}: expected a positive integer, got {shorten(value)}")
+    return check_count(value, where, low=1, high=MAX_COUNT, why="no count in a training space comes near it")
 
 
 def _int_list(value: Any, where: str) -> list[int]:
@@ -329,19 +341,19 @@ def _int_list(value: Any, where: str) -> list[int]:
     items = value if isinstance(value, list) else [value]
     if not items:
         raise ConfigError(f"{where}: empty list; give at least one GPU count")
-    out = [_pos_int(v, where) for v in items]
+    out = [check_gpus(_pos_int(v, where), where) for v in items]
     if len(set(out)) != len(out):
-        raise ConfigError(f"{where}: GPU counts {out} repeat a value")
+        raise ConfigError(f"{where}: GPU counts {shorten(out)} repeat a value")
     return out
 
 
 def _pos_float(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{where}: expected a positive number, got {value!r}")
-    return float(value)
+        raise ConfigError(f"{where}: expected a positive number, got {shorten(value)}")
+    return check_finite(value, where)
 
 
 def _nonneg_float(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{where}: expected a number >= 0, got {value!r}")
-    return float(value)
+        raise ConfigError(f"{where}: expected a number >= 0, got {shorten(value)}")
+    return check_finite(value, where)
