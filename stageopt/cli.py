@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from stageopt import __version__
 from stageopt.errors import StageoptError
 
 COMMANDS = [
@@ -35,6 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="stageopt", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"stageopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
@@ -44,9 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.run(args) or 0)
     except StageoptError as err:
         print(f"stageopt: error: {err}", file=sys.stderr)

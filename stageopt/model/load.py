@@ -14,14 +14,15 @@ from typing import Any
 
 from stageopt.errors import ConfigError
 from stageopt.inputs.gate import clip, load_document, shorten
+from stageopt.inputs.shipped import MODEL_PRESETS_PACKAGE, shipped_dir, shipped_names
 from stageopt.model.spec import ModelSpec
 
-PRESET_DIR = Path(__file__).resolve().parent / "presets"
+PRESET_DIR = shipped_dir(MODEL_PRESETS_PACKAGE, "presets")
 _FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
 
 
 def list_model_presets() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+    return shipped_names(PRESET_DIR)
 
 
 def load_model(source: str, overrides: list[str] | tuple[str, ...] = ()) -> ModelSpec:
