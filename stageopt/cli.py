@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 
 from stageopt import __version__
@@ -45,7 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _NoteHandler(logging.Handler):
+    """Prints what the library logs on the ``stageopt`` logger (assumptions it made) as ``stageopt: note: ...``.
+
+    Resolves ``sys.stderr`` at each record, so redirected or captured streams get the note.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"stageopt: note: {record.getMessage()}", file=sys.stderr)
+
+
+def _show_notes() -> None:
+    log = logging.getLogger("stageopt")
+    if not any(isinstance(h, _NoteHandler) for h in log.handlers):
+        log.addHandler(_NoteHandler(logging.INFO))
+    log.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _show_notes()
     try:
         args = build_parser().parse_args(argv)
         return int(args.run(args) or 0)
@@ -55,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stageopt: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (stageopt ... | head): stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
