@@ -25,6 +25,7 @@ COMMANDS = [
     "generate",
     "search",
     "report",
+    "export",
 ]
 
 
