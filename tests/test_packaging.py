@@ -57,16 +57,18 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_ships_its_data_and_searches_outside_the_checkout(wheel_env: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    where = _run([str(wheel_env / "python"), "-c", "import stageopt.hardware as h, stageopt.search.space as s; "
-                  "print(h.PRESETS_DIR); print(s.SPACES_DIR)"], cwd=tmp_path, env=env).split()
-    assert all(str(wheel_env.parent) in w for w in where), where  # read from the installed package, not the checkout
+    probe = ("import json, stageopt.hardware as h, stageopt.frameworks as f, stageopt.model.load as m, "
+             "stageopt.search.space as s; print(json.dumps({'dirs': [str(h.PRESETS_DIR), str(f.PROFILES_DIR), "
+             "str(m.PRESET_DIR), str(s.SPACES_DIR)], 'names': h.list_hardware_presets() + f.list_profiles() + "
+             "m.list_model_presets() + s.list_spaces()}))")
+    found = json.loads(_run([str(wheel_env / "python"), "-c", probe], cwd=tmp_path, env=env))
+    assert all(d.startswith(str(wheel_env.parent)) for d in found["dirs"]), found  # the installed copy, not the checkout
+    for name in ("h100-sxm", "gb200-nvl72", "megatron-core", "torchtitan", "llama3-70b", "deepseek-v3", "default",
+                 "codesign"):
+        assert name in found["names"]
 
     version = _run([str(wheel_env / "stageopt"), "--version"], cwd=tmp_path, env=env)
     assert version.strip() == f"stageopt {stageopt.__version__}"
-
-    presets = _run([str(wheel_env / "stageopt"), "presets"], cwd=tmp_path, env=env)
-    for name in ("llama3-70b", "h100-sxm", "gb200-nvl72", "megatron-core", "torchtitan"):
-        assert name in presets
 
     out = json.loads(_run([str(wheel_env / "stageopt"), "search", "--budget", "50", "--seed", "1", "--json"],
                           cwd=tmp_path, env=env))
