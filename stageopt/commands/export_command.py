@@ -17,16 +17,16 @@ from typing import Any
 
 from stageopt.errors import ConfigError
 from stageopt.frameworks import load_profile
-from stageopt.launch import TARGETS, launch_settings, target_of
+from stageopt.launch import TARGETS, launch_settings, targets_of
 from stageopt.model import ModelSpec, load_model, parse_overrides
 from stageopt.parallel.plan import Plan, parse_plan_fields
 from stageopt.workload import build_workload
 
-DEFAULT_PROFILE = {"megatron": "megatron-core", "torchtitan": "torchtitan"}
+DEFAULT_PROFILE = {"megatron": "megatron-core", "megatron-bridge": "megatron-core", "torchtitan": "torchtitan"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="turn a plan or best.json into Megatron-LM arguments or a torchtitan TOML",
+    p = sub.add_parser("export", help="turn a plan or best.json into Megatron-LM arguments, Megatron-Bridge overrides or a torchtitan TOML",
                        description=__doc__.splitlines()[0])
     p.add_argument("source", nargs="?", metavar="BEST",
                    help="a study's best.json or its run directory (runs/<study>); or give --plan and --model")
@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     plan_text, gpus, model = _inputs(args)
     plan = _parse_plan(plan_text, gpus, args.framework, args.to)
-    target = args.to or target_of(plan.framework)
+    target = args.to or next(iter(targets_of(plan.framework)), None)
     if target is None:
         raise ConfigError(f"framework {plan.framework.name!r} has no export target; give --to "
                           f"{' or --to '.join(TARGETS)}")
@@ -126,8 +126,9 @@ def _parse_plan(text: str, gpus: int | None, framework: str | None, target: str 
     if named is None and framework is None and target is not None:
         framework = DEFAULT_PROFILE[target]
     plan = Plan.parse(text, gpus=gpus, framework=load_profile(framework) if framework else None)
-    if target is not None and target_of(plan.framework) not in (target, None):
+    runs_on = targets_of(plan.framework)
+    if target is not None and runs_on and target not in runs_on:
         raise ConfigError(f"export --to {target}: the plan was simulated on framework={plan.framework.name}, whose "
                           f"defaults differ; simulate or search it with --framework {DEFAULT_PROFILE[target]} first, "
-                          f"or export --to {target_of(plan.framework)}")
+                          f"or export --to {runs_on[0]}")
     return plan

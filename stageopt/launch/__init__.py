@@ -2,19 +2,22 @@
 
 A plan stageopt simulated is only useful if it can be run: this package turns a
 ``Plan`` on a ``ModelSpec`` into Megatron-LM / Megatron-Core command-line
-arguments or a torchtitan TOML file, including the execution options of the
+arguments, Megatron-Bridge (NeMo 2) recipe overrides or a torchtitan TOML file, including the execution options of the
 plan's framework profile (attention kernel, dropout, overlap, optimizer
 sharding), with the flag names those frameworks document. Imports ``model``,
 ``frameworks``, ``parallel`` and ``workload`` (for the layer placement).
 """
 
-from stageopt.launch.common import TARGETS, LaunchSettings, target_of
+from stageopt.launch.bridge import bridge_settings
+from stageopt.launch.common import TARGETS, LaunchSettings, targets_of
 from stageopt.launch.megatron import megatron_settings
 from stageopt.launch.torchtitan import torchtitan_settings
 
-__all__ = ["TARGETS", "LaunchSettings", "launch_settings", "megatron_settings", "target_of", "torchtitan_settings"]
+__all__ = ["TARGETS", "LaunchSettings", "bridge_settings", "launch_settings", "megatron_settings", "targets_of",
+           "torchtitan_settings"]
 
 
 def launch_settings(target: str, model, plan) -> LaunchSettings:  # noqa: ANN001 - ModelSpec, Plan
     """The launch settings of ``plan`` on ``model`` for ``target`` (one of :data:`TARGETS`)."""
-    return {"megatron": megatron_settings, "torchtitan": torchtitan_settings}[target](model, plan)
+    exporters = {"megatron": megatron_settings, "megatron-bridge": bridge_settings, "torchtitan": torchtitan_settings}
+    return exporters[target](model, plan)

@@ -11,7 +11,7 @@ from stageopt.model import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.workload.sharding import layer_counts
 
-TARGETS = ("megatron", "torchtitan")
+TARGETS = ("megatron", "megatron-bridge", "torchtitan")
 
 
 @dataclass(frozen=True)
@@ -24,13 +24,13 @@ class LaunchSettings:
     notes: tuple[str, ...] = field(default=())
 
 
-def target_of(profile: FrameworkProfile) -> str | None:
-    """The export target that runs plans of this profile (``megatron-*`` -> megatron), or None."""
+def targets_of(profile: FrameworkProfile) -> tuple[str, ...]:
+    """Export targets that run plans of this profile, the default first (megatron-core -> megatron, ...)."""
     if profile.name.startswith("megatron-core") or profile.name.startswith("megatron-lm"):
-        return "megatron"
+        return ("megatron", "megatron-bridge")
     if profile.name.startswith("torchtitan"):
-        return "torchtitan"
-    return None
+        return ("torchtitan",)
+    return ()
 
 
 def chunk_layers(model: ModelSpec, plan: Plan) -> list[int]:

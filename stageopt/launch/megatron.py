@@ -21,7 +21,7 @@ How stageopt's plan maps:
   ``--pipeline-model-parallel-layout`` (embedding ``E`` on the first chunk, loss
   ``L`` on the last).
 * Context parallelism was simulated as an all-gather of K/V (``--cp-comm-type
-  allgather``); flash attention runs as Transformer Engine's fused (cuDNN) kernel.
+  all_gather``, the value Transformer Engine takes); flash attention runs as Transformer Engine's fused (cuDNN) kernel.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _degrees(model: ModelSpec, plan: Plan) -> list[Flag]:
     if model.is_moe:
         flags.append(("--expert-tensor-parallel-size", str(plan.tp)))  # experts were simulated TP-sharded
     if plan.cp > 1:
-        flags.append(("--cp-comm-type", "allgather"))
+        flags.append(("--cp-comm-type", "all_gather"))
     if plan.sp:
         flags.append(("--sequence-parallel", None))
     return flags

@@ -28,7 +28,8 @@ from stageopt.parallel.plan import Plan
 MEGATRON = {
     "--tensor-model-parallel-size": int, "--pipeline-model-parallel-size": int,  # P
     "--num-layers-per-virtual-pipeline-stage": int, "--context-parallel-size": int,  # P
-    "--cp-comm-type": {"p2p", "a2a", "allgather", "a2a+p2p"}, "--expert-model-parallel-size": int,  # P
+    "--cp-comm-type": {"p2p", "a2a", "all_gather", "a2a+p2p"},  # P (values: C, TransformerConfig.cp_comm_type)
+    "--expert-model-parallel-size": int,  # P
     "--sequence-parallel": None, "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,  # P
     "--data-parallel-sharding-strategy": {"no_shard", "optim", "optim_grads", "optim_grads_params"},  # P
     "--ckpt-format": {"torch_dist", "fsdp_dtensor"}, "--tp-comm-overlap": None,  # P
@@ -60,6 +61,50 @@ TORCHTITAN = {
     "activation_checkpoint": {"mode": {"selective", "full", "memory_budget", "none"}, "selective_ac_option": str},
     "compile": {"enable": bool, "components": list},
 }
+
+# Megatron-Bridge (NeMo 2) ConfigContainer keys and documented values. Sources (NVIDIA-NeMo/Megatron-Bridge,
+# commit 067f987d, docs/): M = megatron-lm-to-megatron-bridge.md (mapping table), N = nemo2-migration-guide.md
+# (parallelism table), R = training/activation-recomputation.md, O = training/communication-overlap.md,
+# X = training/mixed-precision.md, F = training/megatron-fsdp.md with src/megatron/bridge/training/config.py
+# (dist./ddp.use_megatron_fsdp), Q = performance-guide.md (cp_comm_type, attention_backend, sharding strategy).
+BRIDGE = {
+    "model.tensor_model_parallel_size": int, "model.pipeline_model_parallel_size": int,  # M, N
+    "model.virtual_pipeline_model_parallel_size": (int, type(None)), "model.context_parallel_size": int,  # N
+    "model.expert_model_parallel_size": int, "model.expert_tensor_parallel_size": int,  # M, N
+    "model.sequence_parallel": bool, "model.pipeline_model_parallel_layout": str,  # M, N
+    "model.cp_comm_type": {"p2p", "all_gather", "a2a", "a2a+p2p"},  # Q
+    "train.micro_batch_size": int, "train.global_batch_size": int,  # M
+    "model.seq_length": int, "dataset.seq_length": int,  # M ("dual mapping")
+    "ddp.use_distributed_optimizer": bool, "optimizer.use_distributed_optimizer": bool,  # M
+    "dist.use_megatron_fsdp": bool, "ddp.use_megatron_fsdp": bool,  # F
+    "ddp.data_parallel_sharding_strategy": {"no_shard", "optim", "optim_grads", "optim_grads_params"},  # Q
+    "checkpoint.ckpt_format": {"torch_dist", "zarr", "fsdp_dtensor"},  # M
+    "ddp.overlap_grad_reduce": bool, "ddp.overlap_param_gather": bool,  # M
+    "model.recompute_granularity": {"full", "selective", None}, "model.recompute_method": {"uniform", "block"},  # R
+    "model.recompute_num_layers": int,  # R
+    "model.attention_backend": {"flash", "fused", "unfused", "local", "auto"},  # Q
+    "comm_overlap.tp_comm_overlap": bool,  # O
+    "model.attention_dropout": float, "model.hidden_dropout": float,  # M
+    "mixed_precision": {"bf16_mixed", "fp16_mixed", "bf16_with_fp8_current_scaling_mixed"},  # M, X
+}
+
+
+def _hydra(items: list[str]) -> dict[str, object]:
+    """key=value items as Hydra reads them: null, true/false, numbers, quoted or bare strings."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        words = {"null": None, "true": True, "false": False}
+        if raw in words:
+            out[key] = words[raw]
+        elif re.fullmatch(r"-?\d+", raw):
+            out[key] = int(raw)
+        elif re.fullmatch(r"-?\d+\.\d*", raw):
+            out[key] = float(raw)
+        else:
+            out[key] = raw.strip('"')
+    return out
+
 
 PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("llama3-70b", [], "tp=8 pp=4 mbs=1 gbs=1024 zero=1 sp=on recompute=selective", 1024),
@@ -163,6 +208,29 @@ def test_torchtitan_pipeline_parts_hold_the_simulated_layers():
     parts = launch_settings("torchtitan", spec, plan).settings["parallelism"]["module_fqns_per_model_part"]
     assert [len([m for m in p if m.startswith("layers.")]) for p in parts] == [2, 3, 3, 2]
     assert [m for p in parts for m in p] == ["tok_embeddings", *[f"layers.{i}" for i in range(10)], "norm", "output"]
+
+
+@pytest.mark.parametrize("model,sets,text,gpus", [p for p in PLANS if "fp32" not in p[2]])
+def test_bridge_keys_are_documented_and_every_choice_is_written(model, sets, text, gpus):
+    spec, plan = _plan(model, sets, text, gpus, "megatron-core")
+    items = _hydra(list(launch_settings("megatron-bridge", spec, plan).settings["overrides"]))
+    for key, value in items.items():
+        kind = BRIDGE.get(key)
+        assert kind is not None, f"{key} is not a documented Megatron-Bridge field"
+        assert value in kind if isinstance(kind, set) else isinstance(value, kind), (key, value)
+    tp, pp, cp = (items[f"model.{n}_parallel_size"] for n in ("tensor_model", "pipeline_model", "context"))
+    assert gpus // (tp * pp * cp) == plan.dp
+    assert items["train.global_batch_size"] // (items["train.micro_batch_size"] * plan.dp) == plan.microbatches
+    # a recipe has its own defaults, so the choices that are off are written too
+    assert items["model.sequence_parallel"] is bool(plan.sp)
+    assert items["ddp.use_distributed_optimizer"] is (plan.zero == 1)
+    assert items["dist.use_megatron_fsdp"] is (plan.zero >= 2)
+
+
+def test_bridge_layout_matches_megatron():
+    spec, plan = _plan("llama3-70b", ["layers=10"], "tp=4 pp=4 mbs=2 gbs=256", 256, "megatron-core")
+    items = _hydra(list(launch_settings("megatron-bridge", spec, plan).settings["overrides"]))
+    assert _layout_counts(items["model.pipeline_model_parallel_layout"]) == ["Ett", "ttt", "ttt", "ttL"]
 
 
 def test_settings_a_framework_cannot_express_are_refused():
