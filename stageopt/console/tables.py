@@ -11,8 +11,12 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 
-def render_rows(headers: Sequence[str], rows: Sequence[Sequence[object]], align: Sequence[str] | None = None) -> str:
-    """``rows`` under ``headers``; ``align`` per column is ``"right"``, ``"left"`` or ``"center"`` (default right)."""
+def render_rows(headers: Sequence[str], rows: Sequence[Sequence[object]], align: Sequence[str] | None = None,
+                rule: bool = True) -> str:
+    """``rows`` under ``headers``; ``align`` per column is ``"right"``, ``"left"`` or ``"center"`` (default right).
+
+    ``rule=False`` leaves out the dashed line under the header (one line per row, header first).
+    """
     colalign = tuple(align) if align is not None else ("right",) * len(headers)
-    return tabulate([[str(c) for c in row] for row in rows], headers=list(headers), tablefmt="simple",
-                    colalign=colalign, disable_numparse=True)
+    return tabulate([[str(c) for c in row] for row in rows], headers=list(headers),
+                    tablefmt="simple" if rule else "plain", colalign=colalign, disable_numparse=True)
