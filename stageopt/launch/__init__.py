@@ -12,12 +12,14 @@ from stageopt.launch.bridge import bridge_settings
 from stageopt.launch.common import TARGETS, LaunchSettings, targets_of
 from stageopt.launch.megatron import megatron_settings
 from stageopt.launch.torchtitan import torchtitan_settings
+from stageopt.model import ModelSpec
+from stageopt.parallel.plan import Plan
 
 __all__ = ["TARGETS", "LaunchSettings", "bridge_settings", "launch_settings", "megatron_settings", "targets_of",
            "torchtitan_settings"]
 
 
-def launch_settings(target: str, model, plan) -> LaunchSettings:  # noqa: ANN001 - ModelSpec, Plan
+def launch_settings(target: str, model: ModelSpec, plan: Plan) -> LaunchSettings:
     """The launch settings of ``plan`` on ``model`` for ``target`` (one of :data:`TARGETS`)."""
     exporters = {"megatron": megatron_settings, "megatron-bridge": bridge_settings, "torchtitan": torchtitan_settings}
     return exporters[target](model, plan)
