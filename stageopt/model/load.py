@@ -23,6 +23,7 @@ from typing import Any
 
 from stageopt.errors import ConfigError
 from stageopt.inputs.gate import clip, load_document, shorten
+from stageopt.inputs.limits import MODEL_BOUNDS
 from stageopt.inputs.shipped import MODEL_PRESETS_PACKAGE, shipped_dir, shipped_names
 from stageopt.model.spec import ModelSpec
 
@@ -47,10 +48,11 @@ def load_model(source: str, overrides: list[str] | tuple[str, ...] = ()) -> Mode
     given = parse_overrides(overrides)
     assumed = fields.pop(_ASSUMED, {})
     fields.update(given)
+    spec = spec_from_dict(fields, origin=source)  # a model that fails validation gets its error alone, no note
     for key, why in assumed.items():
         if key not in given:
             _log.info("%s: %s=%s assumed (%s); change it with --set %s=N", source, key, fields[key], why, key)
-    return spec_from_dict(fields, origin=source)
+    return spec
 
 
 def spec_from_dict(fields: dict[str, Any], origin: str = "model") -> ModelSpec:
@@ -182,7 +184,7 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
             "ffn": _hf_int(cfg, "intermediate_size", origin),
             "vocab": _hf_int(cfg, "vocab_size", origin),
             "tied_embeddings": _hf_bool(cfg, "tie_word_embeddings", origin, False),
-            **_training_seq(_hf_int(cfg, "max_position_embeddings", origin, None), "max_position_embeddings"),
+            **_training_seq(_hf_int(cfg, "max_position_embeddings", origin, None), "max_position_embeddings", origin),
         }
         head_dim = _hf_int(cfg, "head_dim", origin, 0)
         if head_dim:
@@ -200,7 +202,7 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
                 "heads": heads, "kv_heads": heads, "ffn": _hf_int(cfg, "n_inner", origin, 4 * hidden),
                 "vocab": _hf_int(cfg, "vocab_size", origin), "norm": "layernorm", "activation": "gelu",
                 "position": "learned", "tied_embeddings": True, "bias": True, "dropout": True,
-                **_training_seq(_hf_int(cfg, "n_positions", origin, None), "n_positions")}
+                **_training_seq(_hf_int(cfg, "n_positions", origin, None), "n_positions", origin)}
     raise ConfigError(f"{origin}: unsupported Hugging Face model_type {kind!r}; "
                       f"supported: {', '.join(_LLAMA_LIKE)}, gpt2 (or write a stageopt YAML)")
 
@@ -208,8 +210,12 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
-def _training_seq(limit: int | None, key: str) -> dict[str, Any]:
+def _training_seq(limit: int | None, key: str, origin: str) -> dict[str, Any]:
     """``seq`` of an imported config: HF_DEFAULT_SEQ, or the model's position limit when that is shorter."""
+    bound, why = MODEL_BOUNDS["seq"]
+    if limit is not None and not 0 < limit <= bound:
+        raise ConfigError(f"{origin}: Hugging Face config field {key!r} = {shorten(limit)} is outside 1..{bound:.0e} "
+                          f"({why}); check for a typo")
     if limit is None:
         return {"seq": HF_DEFAULT_SEQ, _ASSUMED: {"seq": "stageopt's default training sequence length"}}
     if limit < HF_DEFAULT_SEQ:
