@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
           f"{s.asks} asks ({s.cached} cached, {s.invalid} invalid, {s.oom} over memory, {s.failed} failed) "
           f"in {s.elapsed_s:.1f} s; stopped: {s.stop_reason}")
     print(render_table(best, result.objectives))
-    print(f"files: {result.run_dir}/ (best.json, trials.csv{', plots' if not args.no_plots else ''}); "
+    print(f"files: {result.run_dir}/ ({', '.join(Path(f).name for f in files.written)}); "
           f"rebuild with 'stageopt report {result.run_dir}'")
     for note in files.notes:
         print(f"note: {note}")

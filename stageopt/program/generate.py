@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from stageopt.astrasim.config_writer import astra_sim_configs, write_astra_sim_configs
 from stageopt.astrasim.runner import ENV_VAR
 from stageopt.chakra import TraceTemplate, write_comm_groups
+from stageopt.console import progress as console_progress
 from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
 from stageopt.program.chakra_emit import rank_patches, stage_template
@@ -125,7 +125,11 @@ def _write_bytes(path: str, data: bytes) -> None:
 def generate(work: Workload, hw: Hardware, out: Path | str, *, ranks: Sequence[int] | None = None,
              prefix: str = "workload", options: ProgramOptions | None = None,
              progress: bool = False) -> GenerateResult:
-    """Write the trace set for ``ranks`` (default: all) and the files ASTRA-sim needs beside it."""
+    """Write the trace set for ``ranks`` (default: all) and the files ASTRA-sim needs beside it.
+
+    ``progress``: show ranks written, rate and ETA on stderr (a live bar on a terminal,
+    a status line every few seconds in a log; silent when the work is short).
+    """
     plan = work.plan
     world = plan.gpus
     astra_sim_configs(hw, world, dtype=plan.dtype)  # a machine that cannot hold the ranks fails before any write
@@ -138,23 +142,17 @@ def generate(work: Workload, hw: Hardware, out: Path | str, *, ranks: Sequence[i
     per_stage = world // plan.pp
     templates: dict[int, TraceTemplate] = {}
     written = 0
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(todo), unit="rank", file=sys.stderr, desc="writing traces", leave=False)
     base = os.path.join(str(out), prefix)
-    for rank in todo:
-        stage = rank // per_stage
-        template = templates.get(stage)
-        if template is None:
-            template = templates[stage] = stage_template(programs[stage])
-        data = template.render(rank_patches(plan, groups, rank))
-        _write_bytes(f"{base}.{rank}.et", data)
-        written += len(data)
-        if bar is not None:
+    with console_progress(len(todo), "writing traces", unit="rank", enabled=progress) as bar:
+        for rank in todo:
+            stage = rank // per_stage
+            template = templates.get(stage)
+            if template is None:
+                template = templates[stage] = stage_template(programs[stage])
+            data = template.render(rank_patches(plan, groups, rank))
+            _write_bytes(f"{base}.{rank}.et", data)
+            written += len(data)
             bar.update()
-    if bar is not None:
-        bar.close()
     script = _write_script(out, prefix)
     files = (out / GROUPS_NAME, configs.system, configs.network, configs.memory, script)
     return GenerateResult(out_dir=out, prefix=prefix, ranks=len(todo), world=world, bytes_written=written,

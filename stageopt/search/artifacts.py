@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from stageopt.console import render_rows
 from stageopt.search.cache import RESULT_ATTR, STORED_ONLY
 from stageopt.search.driver import best_outcomes
 from stageopt.search.objective import Objective, Outcome
@@ -66,15 +67,14 @@ def best_json(best: Sequence[Outcome], objectives: tuple[Objective, ...], meta: 
 
 
 def render_table(best: Sequence[Outcome], objectives: tuple[Objective, ...]) -> str:
-    """The best plan(s): time, memory, MFU, cost and the time breakdown, as fixed-width text."""
+    """The best plan(s): time, memory, MFU, cost and the time breakdown, as a tabulate table."""
     if not best:
         return "no feasible plan was simulated"
-    lines = [f"{'#':>2}  {'time s':>8} {'mem GiB':>8} {'MFU':>6} {'tok/s':>11} {'$/Mtok':>7}  plan / hardware"]
-    for i, o in enumerate(best, 1):
-        r = o.record
-        lines.append(f"{i:>2}  {r['iteration_time_s']:8.3f} {r['peak_memory_gib']:8.1f} {r['mfu']:6.1%} "
-                     f"{r['tokens_per_s']:11,.0f} {r['usd_per_mtok']:7.3f}  {r['plan']}  [{r['hardware']}, "
-                     f"{r['gpus']} GPUs]")
+    rows = [[i, f"{r['iteration_time_s']:.3f}", f"{r['peak_memory_gib']:.1f}", f"{r['mfu']:.1%}",
+             f"{r['tokens_per_s']:,.0f}", f"{r['usd_per_mtok']:.3f}", f"{r['plan']}  [{r['hardware']}, {r['gpus']} GPUs]"]
+            for i, r in enumerate((o.record for o in best), 1)]
+    lines = render_rows(["#", "time s", "mem GiB", "MFU", "tok/s", "$/Mtok", "plan / hardware"], rows,
+                        align=["right"] * 6 + ["left"], rule=False).splitlines()  # header, then one line per plan
     top = best[0].record
     parts = "  ".join(f"{k} {v:.3f}" for k, v in top["time_breakdown_s"].items() if v)
     mem = "  ".join(f"{k} {v:.1f}" for k, v in top["memory_breakdown_gib"].items())

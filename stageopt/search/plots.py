@@ -1,7 +1,8 @@
 """Study plots: optimization history, Pareto front, parameter importance, breakdown of the best plan.
 
-PNG with matplotlib (the ``plots`` extra; without it the plots are skipped with a
-note). HTML with optuna.visualization when plotly is installed. Only feasible
+PNG with matplotlib (a core dependency). HTML with optuna.visualization when plotly
+is installed (the ``plots`` extra), with plotly.js written once beside the pages so
+they open offline. Only feasible
 trials (valid, fitting memory, simulated by the study's backend or the screen)
 are plotted: penalties told for invalid plans would flatten every axis.
 """
@@ -43,7 +44,7 @@ def write_plots(study: optuna.Study, run_dir: Path, objectives: tuple[Objective,
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        files.notes.append("plots skipped: matplotlib is not installed (pip install 'stageopt[plots]')")
+        files.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
         return
     trials = feasible_trials(study)
     if not trials:
@@ -159,7 +160,7 @@ def _html(study: optuna.Study, run_dir: Path, trials: list[optuna.trial.FrozenTr
     try:
         import plotly  # noqa: F401
     except ImportError:
-        files.notes.append("HTML plots skipped: plotly is not installed (pip install plotly)")
+        files.notes.append("HTML plots skipped: plotly is not installed (pip install 'stageopt[plots]')")
         return
     import optuna.visualization as vis
 
@@ -172,5 +173,6 @@ def _html(study: optuna.Study, run_dir: Path, trials: list[optuna.trial.FrozenTr
         figs["pareto"] = vis.plot_pareto_front(feas, target_names=names)
     for name, fig in figs.items():
         path = run_dir / f"{name}.html"
-        fig.write_html(str(path), include_plotlyjs="cdn")
+        fig.write_html(str(path), include_plotlyjs="directory")  # plotly.min.js beside it: works offline
         files.written.append(str(path))
+    files.written.append(str(run_dir / "plotly.min.js"))

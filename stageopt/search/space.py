@@ -28,6 +28,7 @@ from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_COUNT, check_count, check_finite, check_gpus
 from stageopt.inputs.names import check_plain_name
 from stageopt.inputs.schema import load_yaml_mapping
+from stageopt.inputs.shipped import SPACES_PACKAGE, shipped_dir, shipped_names
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import RECOMPUTE, SCHEDULES
@@ -42,7 +43,7 @@ from stageopt.search.dimensions import (
     Value,
 )
 
-SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+SPACES_DIR = shipped_dir(SPACES_PACKAGE)  # the checkout's search_spaces/, or stageopt/search_spaces/ in a wheel
 DEFAULT_SPACE = "default"
 
 _TOP_KEYS = ("name", "description", "model", "model_set", "cluster", "training", "plan", "codesign", "cost",
@@ -130,7 +131,7 @@ def resolve_space_path(name_or_path: str | None) -> Path:
 
 
 def list_spaces() -> list[str]:
-    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+    return shipped_names(SPACES_DIR)
 
 
 def load_space(name_or_path: str | None = None) -> SearchSpace:
