@@ -36,6 +36,7 @@ class Comparison:
     measured: float
     predicted: float
     iteration_time_s: float
+    tokens_per_iteration: float = 0.0  # global batch x sequence: turns a time into a throughput
 
     @property
     def throughput_ratio(self) -> float:
@@ -80,7 +81,8 @@ def predict(run: PublishedRun | PreparedRun, hw_set: Sequence[str] = ()) -> Comp
     else:
         tflops = source_flops(work.model, work.plan.gbs, run.flops_formula) / (t * run.gpus) / 1e12
         value = tflops if run.metric == "tflops_per_gpu" else 100 * est.mfu * tflops / est.model_tflops_per_gpu
-    return Comparison(run=run, measured=run.value, predicted=value, iteration_time_s=t)
+    return Comparison(run=run, measured=run.value, predicted=value, iteration_time_s=t,
+                      tokens_per_iteration=float(work.plan.gbs * work.model.seq))
 
 
 def predict_all(runs: Iterable[PublishedRun], hw_set_by_hardware: dict[str, Sequence[str]] | None = None
@@ -118,8 +120,12 @@ def by_key(comps: Iterable[Comparison], key) -> dict[str, list[Comparison]]:
 
 
 def _throughputs(comps: Sequence[Comparison]) -> tuple[np.ndarray, np.ndarray]:
-    measured = np.array([1 / c.measured if c.run.metric == "iteration_time_s" else c.measured for c in comps])
-    predicted = np.array([1 / c.predicted if c.run.metric == "iteration_time_s" else c.predicted for c in comps])
+    """Throughputs to rank plans by: tokens per second for time rows (their global batches may differ)."""
+    def rate(c: Comparison, value: float) -> float:
+        return c.tokens_per_iteration / value if c.run.metric == "iteration_time_s" else value
+
+    measured = np.array([rate(c, c.measured) for c in comps])
+    predicted = np.array([rate(c, c.predicted) for c in comps])
     return measured, predicted
 
 

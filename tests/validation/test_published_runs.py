@@ -68,3 +68,19 @@ def test_megatron_sources_stay_within_fifteen_percent(runs):
     comps, _ = predict_all(r for r in runs if r.source in guarded)
     for source, group in by_key(comps, lambda c: c.run.source).items():
         assert mape(group) <= 15.0, source
+
+
+def test_families_rank_time_rows_by_tokens_per_second(runs):
+    """Time rows with different global batches: 100 s for 2M tokens beats 90 s for 1M tokens."""
+    import dataclasses
+
+    from stageopt.validation.compare import Comparison, family_ranking
+
+    base = next(r for r in runs if r.metric == "iteration_time_s")
+    rows = [dataclasses.replace(base, id=f"x{i}", family="f") for i in range(3)]
+    # (measured s, predicted s, tokens): throughputs 20k, 11.1k, 5k tokens/s measured; predicted ranks alike.
+    data = [(100.0, 95.0, 2e6), (90.0, 85.0, 1e6), (200.0, 210.0, 1e6)]
+    comps = [Comparison(run=r, measured=m, predicted=p, iteration_time_s=p, tokens_per_iteration=t)
+             for r, (m, p, t) in zip(rows, data)]
+    n, rho, regret = family_ranking(comps)["f"]
+    assert (n, rho, regret) == (3, 1.0, 0.0)
