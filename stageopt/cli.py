@@ -26,6 +26,7 @@ COMMANDS = [
     "search",
     "report",
     "export",
+    "serve",
 ]
 
 

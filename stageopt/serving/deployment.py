@@ -46,12 +46,18 @@ class ServingEstimate:
     steady: SteadyState
     pools: tuple[PoolState, ...]
     kv_transfer_s: float
+    traffic: Traffic
     sim: SimResult | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property
     def output_tokens_per_s(self) -> float:
-        return self.sim.output_tokens_per_s if self.sim is not None else self.steady.output_tokens_per_s
+        """Output tokens/s: measured over the simulated run for a closed loop or offline traffic (what a
+        benchmark reports), else the steady state's (the offered load, or the capacity when saturated)."""
+        open_loop = self.traffic.rate is not None and not self.traffic.offline
+        if self.sim is None or open_loop:
+            return self.steady.output_tokens_per_s
+        return self.sim.output_tokens_per_s
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -136,7 +142,7 @@ def estimate(model: ModelSpec, hw: Hardware, plan: ServePlan, traffic: Traffic, 
     price = cost_per_gpu_hour if cost_per_gpu_hour is not None else hw.cost_per_gpu_hour
     notes = (f"{sim.rejected} requests longer than an instance's KV cache were dropped",) if sim and sim.rejected else ()
     return ServingEstimate(plan=plan, hardware=hardware_name or hw.name, gpus=plan.gpus, cost_per_gpu_hour=price,
-                           steady=steady, pools=states, kv_transfer_s=transfer, sim=sim, notes=notes)
+                           steady=steady, pools=states, kv_transfer_s=transfer, traffic=traffic, sim=sim, notes=notes)
 
 
 def serve_plan(model: str, plan: str, traffic: str, *, hardware: str = "h100-sxm", model_set: Sequence[str] = (),
