@@ -99,6 +99,14 @@ class ProgressBar:
 def run(args: argparse.Namespace) -> int:
     from stageopt.search.artifacts import render_table, study_best, write_report
     from stageopt.search.session import run_search
+    from stageopt.search.space import resolve_space_path
+    from stageopt.serving.serving_space import is_serving_space
+
+    space_path = resolve_space_path(args.space)
+    if is_serving_space(space_path):  # a serving question (kind: serving) goes to the serving search
+        from stageopt.commands.serve_command import run_search as run_serving_search
+
+        return run_serving_search(args, space_path)
 
     bar = ProgressBar(sys.stderr.isatty() and not args.json)
     try:

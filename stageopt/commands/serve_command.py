@@ -101,3 +101,58 @@ def run(args: argparse.Namespace) -> int:
     if "traces" in out:
         print(f"traces: {out['traces']['prefill']} and {out['traces']['decode']}")
     return 0
+
+
+def run_search(args: argparse.Namespace, path) -> int:
+    """``stageopt search --space F`` for a serving space (``kind: serving``): enumerate, screen, simulate."""
+    import time
+    from datetime import datetime
+    from pathlib import Path
+
+    from stageopt.serving.serving_report import simulated_row, write_report
+    from stageopt.serving.serving_search import admissible, pareto_front, score_all, simulate_cheapest
+    from stageopt.serving.serving_space import load_serving_space
+
+    start = time.monotonic()
+    space = load_serving_space(Path(path))
+    scored = score_all(space)
+    ranked = admissible(scored)
+    budget = space.simulate
+    checked = simulate_cheapest(space, ranked, budget)
+    rows = [simulated_row(s, est, space) for s, est in checked]
+    best_pair = next(((s, est) for s, est in checked if est.meets(space.slo)), None)
+    best = None
+    if best_pair is not None:
+        best = {**simulated_row(*best_pair, space), "tokens_per_s_per_gpu": best_pair[1].tokens_per_s_per_gpu}
+    front = pareto_front(scored)
+    name = args.study_name or f"{space.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(args.runs_dir) / name
+    written, notes = write_report(run_dir, space, scored, rows, best, front, plots=not args.no_plots)
+    summary = {"study": name, "run_dir": str(run_dir), "space": space.name, "kind": "serving",
+               "deployments": len(scored), "fit": sum(s.fits for s in scored), "admissible": len(ranked),
+               "simulated": len(checked), "elapsed_s": round(time.monotonic() - start, 2), "best": best,
+               "pareto_front": [s.row() for s in front], "files": written, "notes": notes}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    slo = space.slo
+    print(f"serving space {space.name}: {len(scored)} deployments priced exactly, {summary['fit']} fit in memory, "
+          f"{len(ranked)} pass the analytical SLO screen; {len(checked)} simulated "
+          f"({space.traffic.describe()}) in {summary['elapsed_s']:.1f} s")
+    if best is None:
+        print(f"no deployment meets TTFT p{slo.percentile:g} <= {slo.ttft_ms} ms and TPOT <= {slo.tpot_ms} ms "
+              f"among the {len(checked)} cheapest admissible; see {run_dir}/simulated.csv")
+    else:
+        print(f"best: {best['plan']} on {best['gpus']} x {best['hardware']}: ${best['usd_per_hour']:.2f}/h, "
+              f"${best['usd_per_million_tokens']:.3f} per million output tokens, "
+              f"TTFT p{slo.percentile:g} {best['ttft_at_slo_percentile_ms']:.0f} ms, "
+              f"TPOT p{slo.percentile:g} {best['tpot_at_slo_percentile_ms']:.1f} ms")
+    print(f"throughput-latency Pareto front ({len(front)} deployments, at saturation):")
+    for s in front:
+        r = s.row()
+        print(f"  {r['capacity_tokens_per_s_per_gpu']:8.0f} tok/s/GPU  TPOT {s.est.steady.tpot_at_capacity_s * 1e3:6.1f} ms"
+              f"  {s.hardware}  {r['plan']}")
+    print(f"files: {run_dir}/ (candidates.csv, simulated.csv, best.json{', pareto.png, cost.png' if not args.no_plots else ''})")
+    for note in notes:
+        print(f"note: {note}")
+    return 0

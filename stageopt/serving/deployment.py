@@ -8,6 +8,7 @@ script is the tool's error.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,14 @@ from stageopt.model.spec import ModelSpec
 from stageopt.serving.kv_memory import InstanceMemory, instance_memory
 from stageopt.serving.request_sim import PoolRuntime, SimResult, Simulation
 from stageopt.serving.serve_plan import Pool, ServePlan
-from stageopt.serving.steady_state import SteadyState, colocated_state, disaggregated_state, engine_curve
+from stageopt.serving.steady_state import (
+    EngineCurve,
+    SteadyState,
+    colocated_state,
+    disaggregated_state,
+    engine_curve,
+    prefill_figures,
+)
 from stageopt.serving.step_time import StepModel
 from stageopt.serving.step_timer import StepTimer
 from stageopt.serving.traffic import Slo, Traffic
@@ -113,20 +121,58 @@ def _pool_state(model: ModelSpec, hw: Hardware, pool: Pool, plan: ServePlan) -> 
     return PoolState(pool=pool, model=sm, memory=mem)
 
 
+class PoolCache:
+    """Pool states and engine curves by (machine, instance shape, caps, dtypes): a search reuses them
+    across instance counts and pairings (an infeasible shape is remembered as its error)."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple, PoolState | InfeasiblePlan] = {}
+        self._curves: dict[tuple, EngineCurve] = {}
+        self._prefill: dict[tuple, tuple[float, float]] = {}
+
+    def state(self, model: ModelSpec, hw: Hardware, pool: Pool, plan: ServePlan) -> PoolState:
+        key = (id(model), hw, dataclasses.replace(pool, instances=1), plan.wdtype, plan.kvdtype)
+        if key not in self._states:
+            try:
+                self._states[key] = _pool_state(model, hw, dataclasses.replace(pool, instances=1), plan)
+            except InfeasiblePlan as err:
+                self._states[key] = err
+        found = self._states[key]
+        if isinstance(found, InfeasiblePlan):
+            raise found
+        return dataclasses.replace(found, pool=pool)
+
+    def curve(self, state: PoolState, traffic: Traffic, prefill: bool) -> EngineCurve:
+        key = (id(state.model), traffic.input, traffic.output, prefill)
+        if key not in self._curves:
+            self._curves[key] = engine_curve(state.model, state.memory.kv_tokens / state.pool.pp, state.pool.max_seqs,
+                                             state.pool.max_tokens, traffic.input.mean, traffic.output.mean,
+                                             prefill=prefill)
+        return self._curves[key]
+
+    def prefill(self, state: PoolState, traffic: Traffic) -> tuple[float, float]:
+        key = (id(state.model), traffic.input)
+        if key not in self._prefill:
+            self._prefill[key] = prefill_figures(state.model, traffic.input.mean)
+        return self._prefill[key]
+
+
 def estimate(model: ModelSpec, hw: Hardware, plan: ServePlan, traffic: Traffic, *, simulate: bool = True,
-             hardware_name: str = "", cost_per_gpu_hour: float | None = None) -> ServingEstimate:
+             hardware_name: str = "", cost_per_gpu_hour: float | None = None,
+             cache: PoolCache | None = None) -> ServingEstimate:
     """Steady state (always) and the request simulation (when ``simulate``) of one deployment."""
-    states = tuple(_pool_state(model, hw, p, plan) for p in plan.pools)
-    mean_in, mean_out = traffic.input.mean, traffic.output.mean
+    cache = cache or PoolCache()
+    states = tuple(cache.state(model, hw, p, plan) for p in plan.pools)
+    mean_in = traffic.input.mean
     transfer = kv_transfer_seconds(hw, plan, states[0], states[1], mean_in) if plan.disaggregated else 0.0
     last = states[-1]
-    curve = engine_curve(last.model, last.memory.kv_tokens / last.pool.pp, last.pool.max_seqs, last.pool.max_tokens,
-                         mean_in, mean_out, prefill=not plan.disaggregated)
+    curve = cache.curve(last, traffic, prefill=not plan.disaggregated)
     if plan.disaggregated:
-        steady = disaggregated_state(states[0].model, states[0].pool.instances, curve, last.pool.instances,
-                                     traffic, transfer)
+        first = states[0]
+        steady = disaggregated_state(cache.prefill(first, traffic), first.pool.instances * first.pool.pp, curve,
+                                     last.pool.instances * last.pool.pp, traffic, transfer)
     else:
-        steady = colocated_state(last.model, curve, last.pool.instances * last.pool.pp, traffic, last.pool.max_tokens)
+        steady = colocated_state(curve, last.pool.instances * last.pool.pp, traffic, last.pool.max_tokens)
     sim = None
     if simulate:
         runtimes = [PoolRuntime(role=s.pool.role, instances=s.pool.instances, pp=s.pool.pp, kv_tokens=s.memory.kv_tokens,

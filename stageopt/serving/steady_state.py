@@ -38,6 +38,7 @@ class SteadyState:
     max_output_tokens_per_s: float  # at saturation
     batch: float  # decoding sequences per engine
     saturated: bool
+    tpot_at_capacity_s: float  # TPOT with every engine's batch full
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class EngineCurve:
     batch: np.ndarray
     step_s: np.ndarray
     prefill_tokens: np.ndarray
+    prompt_s: np.ndarray  # seconds of the steps that prefill a mean prompt beside that batch
     b_max: float
 
 
@@ -61,7 +63,8 @@ def engine_curve(sm: StepModel, kv_tokens_engine: float, max_seqs: int, max_toke
     pairs = b * ctx + p * (mean_in / 2 + chunk / 2)
     keys = b * ctx + np.where(p > 0, p / chunk * (mean_in / 2 + chunk / 2), 0.0)
     shape = StepShape.of(np.maximum(b + p, 1.0), pairs, keys, np.maximum(b + p / max(mean_in, 1.0), 1.0))
-    return EngineCurve(batch=b, step_s=sm.step_seconds(shape), prefill_tokens=p, b_max=b_max)
+    prompt = prompt_seconds(sm, b, mean_in, mean_out, max_tokens) if prefill else np.zeros_like(b)
+    return EngineCurve(batch=b, step_s=sm.step_seconds(shape), prefill_tokens=p, prompt_s=prompt, b_max=b_max)
 
 
 def operating_point(curve: EngineCurve, lam: float, mean_out: float) -> tuple[float, float, bool]:
@@ -80,19 +83,26 @@ def operating_point(curve: EngineCurve, lam: float, mean_out: float) -> tuple[fl
     return float(b), float(curve.step_s[i - 1] + w * (curve.step_s[i] - curve.step_s[i - 1])), False
 
 
-def prompt_seconds(sm: StepModel, batch: float, mean_in: float, mean_out: float, max_tokens: int) -> float:
-    """Seconds of the steps that prefill a mean prompt in chunks beside ``batch`` decodes."""
-    chunk = float(max(min(max_tokens - batch, mean_in), 1.0))
-    n = math.ceil(mean_in / chunk)
+def prompt_seconds(sm: StepModel, batch, mean_in: float, mean_out: float, max_tokens: int) -> np.ndarray:
+    """Seconds of the steps that prefill a mean prompt in chunks beside ``batch`` decodes (array)."""
+    batch = np.atleast_1d(np.asarray(batch, dtype=float))
+    chunk = np.clip(max_tokens - batch, 1.0, max(mean_in, 1.0))
+    n = np.ceil(mean_in / chunk)
     prefix = chunk * (n - 1) / 2  # mean prefix of the prompt's chunks
     ctx = mean_in + mean_out / 2
     shape = StepShape.of(batch + chunk, batch * ctx + chunk * prefix + chunk * (chunk + 1) / 2,
                          batch * ctx + prefix + chunk, batch + 1)
-    return n * float(sm.step_seconds(shape)[0])
+    return n * sm.step_seconds(shape)
 
 
-def colocated_state(sm: StepModel, curve: EngineCurve, engines: int, traffic: Traffic,
-                    max_tokens: int) -> SteadyState:
+def prefill_figures(sm: StepModel, mean_in: float) -> tuple[float, float]:
+    """(seconds of one full prefill step, seconds to prefill a mean prompt) on a prefill-only engine."""
+    chunk = float(min(sm.pool.max_tokens, max(mean_in, 1.0)))
+    step = float(sm.step_seconds(StepShape.of(chunk, chunk * (chunk + 1) / 2, chunk, 1.0))[0])
+    return step, math.ceil(mean_in / chunk) * step
+
+
+def colocated_state(curve: EngineCurve, engines: int, traffic: Traffic, max_tokens: int) -> SteadyState:
     mean_in, mean_out = traffic.input.mean, traffic.output.mean
     t_sat = float(curve.step_s[-1])
     per_req_steps = max(mean_out - 1, 0.0) + math.ceil(mean_in / max(max_tokens - curve.b_max, 1.0))
@@ -106,10 +116,10 @@ def colocated_state(sm: StepModel, curve: EngineCurve, engines: int, traffic: Tr
     else:
         lam = traffic.rate / engines
     b, t, saturated = operating_point(curve, lam, mean_out) if math.isfinite(lam) else (curve.b_max, t_sat, True)
-    ttft = t / 2 + prompt_seconds(sm, b, mean_in, mean_out, max_tokens)
+    ttft = t / 2 + float(np.interp(b, curve.batch, curve.prompt_s))
     out = engines * (min(lam, max_rate) if math.isfinite(lam) else max_rate) * mean_out
     return SteadyState(ttft_s=ttft, tpot_s=t, output_tokens_per_s=out, max_output_tokens_per_s=max_out,
-                       batch=b, saturated=saturated)
+                       batch=b, saturated=saturated, tpot_at_capacity_s=t_sat)
 
 
 def _closed_loop_rate(curve: EngineCurve, clients: float, mean_in: float, mean_out: float, max_tokens: int) -> float:
@@ -126,25 +136,22 @@ def _closed_loop_rate(curve: EngineCurve, clients: float, mean_in: float, mean_o
     return rate
 
 
-def disaggregated_state(prefill: StepModel, p_engines: int, decode_curve: EngineCurve, d_engines: int,
+def disaggregated_state(prefill: tuple[float, float], p_engines: int, decode_curve: EngineCurve, d_engines: int,
                         traffic: Traffic, kv_transfer_s: float) -> SteadyState:
+    """``prefill`` is :func:`prefill_figures` of the prefill pool; ``p_engines`` its virtual engines."""
     mean_in, mean_out = traffic.input.mean, traffic.output.mean
-    pool = prefill.pool
-    chunk = float(min(pool.max_tokens, max(mean_in, 1.0)))
-    shape = StepShape.of(chunk, chunk * (chunk + 1) / 2, chunk, 1.0)
-    t_chunk = float(prefill.step_seconds(shape)[0]) / pool.pp  # the pipeline takes a new chunk every stage time
-    prompt_s = math.ceil(mean_in / chunk) * float(prefill.step_seconds(shape)[0])
-    prefill_rate = p_engines * pool.pp * chunk / max(mean_in, 1.0) / max(t_chunk * pool.pp, 1e-12)
+    step_s, prompt_s = prefill
+    prefill_rate = p_engines / max(prompt_s, 1e-12)  # prompts/s: each engine prefills one prompt at a time
     t_sat = float(decode_curve.step_s[-1])
     decode_rate = d_engines * decode_curve.b_max / max((mean_out - 1) * t_sat, 1e-12) if mean_out > 1 else math.inf
     max_rate = min(prefill_rate, decode_rate)
-    lam = (traffic.rate if traffic.rate is not None else math.inf)
+    offered = (traffic.rate if traffic.rate is not None else math.inf)
     if traffic.concurrency is not None:
-        lam = traffic.concurrency / (prompt_s + kv_transfer_s + max(mean_out - 1, 0) * float(decode_curve.step_s[0]))
-    lam = min(lam, max_rate)
+        offered = traffic.concurrency / (prompt_s + kv_transfer_s + max(mean_out - 1, 0) * float(decode_curve.step_s[0]))
+    lam = min(offered, max_rate)
     b, t, saturated = operating_point(decode_curve, lam / d_engines, mean_out)
-    util = lam / prefill_rate if prefill_rate > 0 else 1.0
+    util = min(lam / prefill_rate, 1.0) if prefill_rate > 0 else 1.0
     wait = prompt_s * util / (2 * max(1 - util, 1e-3))  # M/D/1 mean wait of the prefill queue
     return SteadyState(ttft_s=wait + prompt_s + kv_transfer_s, tpot_s=t, output_tokens_per_s=lam * mean_out,
                        max_output_tokens_per_s=max_rate * mean_out, batch=b,
-                       saturated=saturated or lam >= prefill_rate)
+                       saturated=saturated or offered > max_rate * (1 - 1e-9), tpot_at_capacity_s=t_sat)
