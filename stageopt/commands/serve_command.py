@@ -47,7 +47,8 @@ def result_dict(est, slo=None) -> dict:
            "kv_cache_tokens_per_instance": {p.pool.role: p.memory.kv_tokens for p in est.pools},
            "notes": list(est.notes)}
     if est.sim is not None:
-        out["simulated"] = {f"{m}_ms": {f"p{q}": est.sim.percentile(m, q) * 1e3 for q in (50, 90, 99)}
+        out["simulated"] = {f"{m}_ms": {"mean": est.sim.mean(m) * 1e3,
+                                         **{f"p{q}": est.sim.percentile(m, q) * 1e3 for q in (50, 90, 99)}}
                             for m in ("ttft", "tpot", "e2e")}
         out["simulated"].update(requests=len(est.sim.e2e), preemptions=est.sim.preemptions,
                                 rejected=est.sim.rejected, output_tokens_per_s=est.sim.output_tokens_per_s)
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         sim = out["simulated"]
         for m in ("ttft", "tpot", "e2e"):
             q = sim[f"{m}_ms"]
-            print(f"simulated {m.upper():5s} p50 {_fmt(q['p50'])} ms, p90 {_fmt(q['p90'])} ms, p99 {_fmt(q['p99'])} ms")
+            print(f"simulated {m.upper():5s} mean {_fmt(q['mean'])} ms, p50 {_fmt(q['p50'])} ms, p90 {_fmt(q['p90'])} ms, "
+                  f"p99 {_fmt(q['p99'])} ms")
     print(f"throughput {_fmt(out['output_tokens_per_s'])} output tok/s = {_fmt(out['tokens_per_s_per_gpu'])} per GPU; "
           f"${out['usd_per_million_tokens']:.3f} per million output tokens")
     if slo is not None:

@@ -113,7 +113,7 @@ def _pool_state(model: ModelSpec, hw: Hardware, pool: Pool, plan: ServePlan) -> 
     if model.is_moe and model.experts % pool.ep:
         raise InfeasiblePlan(f"serving plan: ep={pool.ep} does not divide experts={model.experts}")
     sm = StepModel(model, hw, pool, plan.wdtype, plan.kvdtype)
-    mem = instance_memory(sm, hw.gpu.hbm_gib)
+    mem = instance_memory(sm, hw.gpu.hbm_gib, plan.gpu_mem)
     if not mem.fits:
         raise InfeasiblePlan(f"serving plan {pool.describe()}: weights {mem.weights / 2**30:.1f} GiB + workspace "
                              f"{mem.workspace / 2**30:.1f} GiB leave no room for a KV cache on "
@@ -131,7 +131,7 @@ class PoolCache:
         self._prefill: dict[tuple, tuple[float, float]] = {}
 
     def state(self, model: ModelSpec, hw: Hardware, pool: Pool, plan: ServePlan) -> PoolState:
-        key = (id(model), hw, dataclasses.replace(pool, instances=1), plan.wdtype, plan.kvdtype)
+        key = (id(model), hw, dataclasses.replace(pool, instances=1), plan.wdtype, plan.kvdtype, plan.gpu_mem)
         if key not in self._states:
             try:
                 self._states[key] = _pool_state(model, hw, dataclasses.replace(pool, instances=1), plan)

@@ -64,6 +64,10 @@ class SimResult:
         values = getattr(self, metric)
         return float(np.percentile(values, q)) if len(values) else math.nan
 
+    def mean(self, metric: str) -> float:
+        values = getattr(self, metric)
+        return float(np.mean(values)) if len(values) else math.nan
+
     @property
     def output_tokens_per_s(self) -> float:
         return self.output_tokens / self.duration if self.duration > 0 else 0.0

@@ -15,7 +15,9 @@ chunked prefill, a long prompt is cut to fit it).
 String form (``stageopt serve --plan``): ``"tp=8 x=2 max_seqs=256 max_tokens=8192"``
 for colocated, ``"prefill: tp=8 x=1 max_tokens=16384 | decode: tp=8 x=3 max_seqs=512"``
 for disaggregated; ``wdtype=fp8``, ``kvdtype=fp8``, ``link=nvlink|scaleout`` apply to the
-whole deployment and may sit in either part.
+whole deployment and may sit in either part, as does ``gpu_mem`` (the share of HBM
+the engine may fill with weights, workspace and KV cache: vLLM's
+``gpu_memory_utilization``, default 0.9).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from stageopt.errors import InfeasiblePlan
 DTYPES = {"bf16": 2, "fp16": 2, "fp8": 1}
 LINKS = ("auto", "nvlink", "scaleout")
 POOL_KEYS = ("tp", "pp", "ep", "x", "dpa", "max_seqs", "max_tokens")
-GLOBAL_KEYS = ("wdtype", "kvdtype", "link")
+GLOBAL_KEYS = ("wdtype", "kvdtype", "link", "gpu_mem")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,8 +80,11 @@ class ServePlan:
     wdtype: str = "bf16"
     kvdtype: str = "bf16"
     link: str = "auto"
+    gpu_mem: float = 0.9
 
     def __post_init__(self) -> None:
+        if isinstance(self.gpu_mem, bool) or not isinstance(self.gpu_mem, (int, float)) or not 0.1 <= self.gpu_mem <= 1:
+            raise InfeasiblePlan(f"serving plan field 'gpu_mem' must be a fraction of HBM in [0.1, 1], got {self.gpu_mem!r}")
         roles = tuple(p.role for p in self.pools)
         if roles not in (("both",), ("prefill", "decode")):
             raise InfeasiblePlan(f"serving plan: pools {roles} are neither one colocated pool nor "
@@ -107,7 +112,8 @@ class ServePlan:
 
     def describe(self) -> str:
         tail = "".join(f" {k}={getattr(self, k)}" for k, d in (("wdtype", "bf16"), ("kvdtype", "bf16"),
-                                                                 ("link", "auto")) if getattr(self, k) != d)
+                                                                 ("link", "auto"), ("gpu_mem", 0.9))
+                       if getattr(self, k) != d)
         if not self.disaggregated:
             return self.pools[0].describe() + tail
         return f"prefill: {self.pools[0].describe()} | decode: {self.pools[1].describe()}{tail}"
@@ -130,7 +136,12 @@ class ServePlan:
             pools.append(_parse_pool(part, role, glob))
         if len(pools) == 2 and pools[0].role == "decode":
             pools.reverse()
-        return ServePlan(pools=tuple(pools), **glob)
+        if "gpu_mem" in glob:
+            try:
+                glob["gpu_mem"] = float(glob["gpu_mem"])  # type: ignore[assignment]
+            except ValueError:
+                raise InfeasiblePlan(f"serving plan: gpu_mem={glob['gpu_mem']!r} must be a number") from None
+        return ServePlan(pools=tuple(pools), **glob)  # type: ignore[arg-type]
 
 
 def _parse_pool(text: str, role: str, glob: dict[str, str]) -> Pool:
