@@ -94,32 +94,51 @@ class Engine:
         self.waiting.appendleft(victim)
 
     def plan_step(self) -> StepPlan | None:
-        """Choose the work of the next step (taking pages); None when there is nothing to run."""
+        """Choose the work of the next step (taking pages); None when there is nothing to run.
+
+        The hot loop of a simulation: page arithmetic is inlined on locals
+        (the same as :meth:`_grow`), which keeps a 2,000-sequence step cheap.
+        """
         plan = StepPlan()
+        work = plan.work
         budget = self.max_tokens
+        running = self.running
+        tokens = sampled = 0
+        pairs = keys = 0.0
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = min(req.target - req.computed, budget)
-            if not self._grow(req, n):
-                if req is self.running[-1]:
-                    self._preempt_last()
-                    break
+        while i < len(running) and budget > 0:
+            req = running[i]
+            prefix = req.computed
+            target = req.prompt + req.generated
+            n = min(target - prefix, budget)
+            need = -(-(prefix + n) // PAGE_TOKENS) - req.pages
+            if need > self.free_pages:
+                last = running[-1] is req
                 self._preempt_last()
+                if last:
+                    break
                 continue
-            self._add(plan, req, n)
+            if need > 0:
+                self.free_pages -= need
+                req.pages += need
+            work.append((req, n))
+            tokens += n
+            pairs += n * prefix + n * (n + 1) / 2
+            keys += prefix + n
+            sampled += prefix + n >= target
             budget -= n
             i += 1
-        while self.waiting and len(self.running) < self.max_seqs and budget > 0:
+        plan.tokens, plan.pairs, plan.keys, plan.sampled = tokens, pairs, keys, sampled
+        while self.waiting and len(running) < self.max_seqs and budget > 0:
             req = self.waiting[0]
             n = min(req.target - req.computed, budget)
             if not self._grow(req, n):
                 break
             self.waiting.popleft()
-            self.running.append(req)
+            running.append(req)
             self._add(plan, req, n)
             budget -= n
-        return plan if plan.work else None
+        return plan if work else None
 
     @staticmethod
     def _add(plan: StepPlan, req: Request, n: int) -> None:
@@ -134,19 +153,22 @@ class Engine:
     def finish_step(self, plan: StepPlan, now: float) -> tuple[list[Request], list[Request]]:
         """Apply a finished step at time ``now``; returns (requests done here, requests handed to decode)."""
         done, handed = [], []
+        leaving = set()
         for req, n in plan.work:
             req.computed += n
-            if req.computed < req.target:
+            if req.computed < req.prompt + req.generated:
                 continue
             req.generated += 1
             if req.generated == 1:
                 req.first_token = now
             if self.role == "prefill" or req.generated >= req.output:
-                self.running.remove(req)
+                leaving.add(id(req))
                 self._release(req)
                 if req.generated >= req.output:
                     req.finish = now
                     done.append(req)
                 else:
                     handed.append(req)
+        if leaving:
+            self.running = [r for r in self.running if id(r) not in leaving]
         return done, handed
