@@ -10,7 +10,11 @@ run); TPOT and TTFT compare the simulated means (the sources report averages).
 Prints MAPE and the mean signed error (positive: predicted higher than
 measured) per source and metric; writes serving_results.csv beside this script.
 
-Run: python experiments/validation/serving_validation.py [serving_runs.csv]
+Run: python experiments/validation/serving_validation.py [serving_runs.csv] [--hw-set KEY=VALUE ...]
+
+``--hw-set`` applies the same hardware override to every row (a what-if on a
+physical parameter, e.g. the HBM fraction a streaming kernel reaches); the
+figures it prints are labelled as such and written to serving_results_whatif.csv.
 """
 
 from __future__ import annotations
@@ -34,8 +38,13 @@ def predicted(est, metric: str) -> float:
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "serving_runs.csv"
+    args = sys.argv[1:]
+    overrides = [args[i + 1] for i, a in enumerate(args) if a == "--hw-set"]
+    rest = [a for i, a in enumerate(args) if a != "--hw-set" and (i == 0 or args[i - 1] != "--hw-set")]
+    path = Path(rest[0]) if rest else HERE / "serving_runs.csv"
     rows = list(csv.DictReader(path.open()))
+    if overrides:
+        print(f"WHAT-IF: every row with --hw-set {' '.join(overrides)}")
     cache: dict[tuple, object] = {}
     out = []
     start = time.monotonic()
@@ -43,13 +52,13 @@ def main() -> None:
         key = (r["model"], r["model_set"], r["plan"], r["traffic"], r["hardware"], r["hw_set"])
         if key not in cache:
             cache[key] = serve_plan(r["model"], r["plan"], r["traffic"], hardware=r["hardware"],
-                                    model_set=r["model_set"].split(), hw_set=r["hw_set"].split())
+                                    model_set=r["model_set"].split(), hw_set=r["hw_set"].split() + overrides)
         pred = predicted(cache[key], r["metric"])
         measured = float(r["value"])
         out.append({**{k: r[k] for k in ("id", "source", "hardware", "plan", "traffic", "metric")},
                     "measured": measured, "predicted": round(pred, 3),
                     "error_pct": round(100 * (pred - measured) / measured, 1)})
-    with open(HERE / "serving_results.csv", "w", newline="") as fh:
+    with open(HERE / ("serving_results_whatif.csv" if overrides else "serving_results.csv"), "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(out[0]))
         writer.writeheader()
         writer.writerows(out)

@@ -184,7 +184,7 @@ def estimate(model: ModelSpec, hw: Hardware, plan: ServePlan, traffic: Traffic, 
         else:
             def transfer_s(tokens: int) -> float:
                 return 0.0
-        sim = Simulation(runtimes, traffic, transfer_s).run()
+        sim = Simulation(runtimes, traffic, transfer_s, plan.sched).run()
     price = cost_per_gpu_hour if cost_per_gpu_hour is not None else hw.cost_per_gpu_hour
     notes = (f"{sim.rejected} requests longer than an instance's KV cache were dropped",) if sim and sim.rejected else ()
     return ServingEstimate(plan=plan, hardware=hardware_name or hw.name, gpus=plan.gpus, cost_per_gpu_hour=price,

@@ -12,6 +12,10 @@ admitted request is preempted: its pages are freed and it goes back to the
 front of the queue, to recompute its prompt and what it generated (vLLM's
 default recompute preemption).
 
+``sched=noevict`` is TensorRT-LLM's default capacity policy instead
+(GUARANTEED_NO_EVICT): a request is admitted only when pages for its whole
+prompt and output are free, and keeps them, so nothing is ever preempted.
+
 Roles: ``both`` (colocated), ``prefill`` (a request leaves after its first
 token, for a decode pool) and ``decode`` (requests arrive with their prompt
 already in cache, transferred from a prefill pool).
@@ -59,8 +63,10 @@ class StepPlan:
 class Engine:
     """Scheduler state of one engine (one virtual engine of an instance when pp > 1)."""
 
-    def __init__(self, name: str, role: str, kv_tokens: int, max_seqs: int, max_tokens: int) -> None:
+    def __init__(self, name: str, role: str, kv_tokens: int, max_seqs: int, max_tokens: int,
+                 sched: str = "vllm") -> None:
         self.name, self.role = name, role
+        self.reserve = sched == "noevict"
         self.free_pages = kv_tokens // PAGE_TOKENS
         self.max_seqs, self.max_tokens = max_seqs, max_tokens
         self.waiting: deque[Request] = deque()
@@ -132,7 +138,8 @@ class Engine:
         while self.waiting and len(running) < self.max_seqs and budget > 0:
             req = self.waiting[0]
             n = min(req.target - req.computed, budget)
-            if not self._grow(req, n):
+            whole = req.prompt + req.output - req.computed  # noevict: pages for every token it will hold
+            if not self._grow(req, max(whole, n) if self.reserve else n):
                 break
             self.waiting.popleft()
             running.append(req)

@@ -94,13 +94,15 @@ class _Core:
 class Simulation:
     """One deployment (one or two pools) under one traffic."""
 
-    def __init__(self, pools: list[PoolRuntime], traffic: Traffic, kv_transfer_s: Callable[[int], float]) -> None:
+    def __init__(self, pools: list[PoolRuntime], traffic: Traffic, kv_transfer_s: Callable[[int], float],
+                 sched: str = "vllm") -> None:
         self.core = _Core()
         self.pools = {p.role: p for p in pools}
         self.engines: dict[str, list[tuple[Engine, StepTimer]]] = {}
         for p in pools:
-            self.engines[p.role] = [(Engine(f"{p.role}{i}.{v}", p.role, p.kv_tokens // p.pp, p.max_seqs, p.max_tokens),
-                                     p.timer) for i in range(p.instances) for v in range(p.pp)]
+            self.engines[p.role] = [
+                (Engine(f"{p.role}{i}.{v}", p.role, p.kv_tokens // p.pp, p.max_seqs, p.max_tokens, sched), p.timer)
+                for i in range(p.instances) for v in range(p.pp)]
         self.first = "prefill" if "prefill" in self.pools else "both"
         self.traffic, self.kv_transfer_s = traffic, kv_transfer_s
         rng = np.random.default_rng(traffic.seed)

@@ -17,7 +17,9 @@ for colocated, ``"prefill: tp=8 x=1 max_tokens=16384 | decode: tp=8 x=3 max_seqs
 for disaggregated; ``wdtype=fp8``, ``kvdtype=fp8``, ``link=nvlink|scaleout`` apply to the
 whole deployment and may sit in either part, as does ``gpu_mem`` (the share of HBM
 the engine may fill with weights, workspace and KV cache: vLLM's
-``gpu_memory_utilization``, default 0.9).
+``gpu_memory_utilization``, default 0.9) and ``sched`` (``vllm``: admit on the
+prompt's pages, preempt when the cache runs out; ``noevict``: TensorRT-LLM's
+default, admit only when the whole request's pages fit).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from stageopt.errors import InfeasiblePlan
 DTYPES = {"bf16": 2, "fp16": 2, "fp8": 1}
 LINKS = ("auto", "nvlink", "scaleout")
 POOL_KEYS = ("tp", "pp", "ep", "x", "dpa", "max_seqs", "max_tokens")
-GLOBAL_KEYS = ("wdtype", "kvdtype", "link", "gpu_mem")
+GLOBAL_KEYS = ("wdtype", "kvdtype", "link", "gpu_mem", "sched")
+SCHEDULERS = ("vllm", "noevict")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,8 +84,11 @@ class ServePlan:
     kvdtype: str = "bf16"
     link: str = "auto"
     gpu_mem: float = 0.9
+    sched: str = "vllm"
 
     def __post_init__(self) -> None:
+        if self.sched not in SCHEDULERS:
+            raise InfeasiblePlan(f"serving plan field 'sched' must be one of {', '.join(SCHEDULERS)}, got {self.sched!r}")
         if isinstance(self.gpu_mem, bool) or not isinstance(self.gpu_mem, (int, float)) or not 0.1 <= self.gpu_mem <= 1:
             raise InfeasiblePlan(f"serving plan field 'gpu_mem' must be a fraction of HBM in [0.1, 1], got {self.gpu_mem!r}")
         roles = tuple(p.role for p in self.pools)
@@ -112,7 +118,8 @@ class ServePlan:
 
     def describe(self) -> str:
         tail = "".join(f" {k}={getattr(self, k)}" for k, d in (("wdtype", "bf16"), ("kvdtype", "bf16"),
-                                                                 ("link", "auto"), ("gpu_mem", 0.9))
+                                                                 ("link", "auto"), ("gpu_mem", 0.9),
+                                                                 ("sched", "vllm"))
                        if getattr(self, k) != d)
         if not self.disaggregated:
             return self.pools[0].describe() + tail

@@ -105,3 +105,17 @@ def test_plan_string_round_trips():
     text = "prefill: tp=4 pp=1 x=2 max_tokens=8192 | decode: tp=8 pp=1 x=1 max_seqs=128 max_tokens=8192 wdtype=fp8"
     assert ServePlan.parse(ServePlan.parse(text).describe()).describe() == ServePlan.parse(text).describe()
     assert ServePlan.parse(text).gpus == 16 and not math.isnan(ServePlan.parse(text).gpus)
+
+
+def test_noevict_admits_only_whole_requests():
+    eng = Engine("e", "both", kv_tokens=48, max_seqs=4, max_tokens=64, sched="noevict")  # three pages
+    a, b = Request(0, 0.0, prompt=16, output=16), Request(1, 0.0, prompt=16, output=16)
+    eng.waiting.extend([a, b])
+    plan = eng.plan_step()
+    # a holds pages for 32 tokens (prompt and output); b's 32 would need two more: it waits, nothing preempts
+    assert [r.rid for r, _ in plan.work] == [0] and a.pages == 2 and list(eng.waiting) == [b]
+    for t in range(1, 17):
+        eng.finish_step(plan, float(t))
+        plan = eng.plan_step()
+        assert a.preempted == 0
+    assert a.finish == 16.0 and b.computed == 0 and [r.rid for r, _ in plan.work] == [1]
