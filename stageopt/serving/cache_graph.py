@@ -27,6 +27,7 @@ import sympy as sp
 
 from stageopt.graph import templates
 from stageopt.graph.builder import GraphBuilder
+from stageopt.graph.fusion import fuse_ops
 from stageopt.graph.symbols import S
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
@@ -89,15 +90,24 @@ def serving_block(kind: str, arch: Arch) -> ServingBlock:
         x = templates.layer_input(arch)
         {"attention": templates.attention, "mlp": templates.mlp, "moe": templates.moe,
          "head": templates.head}[kind](b, x, arch)
-    return ServingBlock(kind=kind, ops=tuple(b.ops), cache=tuple(b.cache.values()))
+    outputs = {t.uid for op in b.ops for t in op.outputs if t.role == "kv_cache"}
+    ops = fuse_ops(b.ops, arch.fusions, outputs)
+    return ServingBlock(kind=kind, ops=ops, cache=tuple(b.cache.values()))
+
+
+SERVING_FUSIONS = frozenset({"norm", "bias_dropout_add", "bias_activation", "rope", "cross_entropy"})
 
 
 def inference_arch(model, tp: int) -> Arch:
     """The structural choices of an inference graph: flash attention, no dropout, no sequence parallelism.
 
     Serving engines (vLLM, SGLang, TensorRT-LLM) keep the residual stream
-    replicated over TP and all-reduce after each row-parallel projection.
+    replicated over TP and all-reduce after each row-parallel projection, and
+    launch fused kernels for the norm with its residual add, the gated
+    activation and RoPE (vLLM's fused_add_rms_norm, silu_and_mul,
+    rotary_embedding): the fusion groups of :mod:`stageopt.graph.fusion`.
     """
     return Arch(norm=model.norm, activation=model.activation, attention="flash", position=model.position,
                 bias=model.bias, dropout=False, tied=model.tied_embeddings,
-                shared_experts=model.shared_experts > 0, sp=False)
+                shared_experts=model.shared_experts > 0, sp=False, fusions=SERVING_FUSIONS,
+                expert_capacity=model.expert_capacity)

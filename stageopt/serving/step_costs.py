@@ -20,13 +20,14 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
-from stageopt.graph.compile import kernel_name
+from stageopt.graph.compile import gemm_shape, kernel_name
 from stageopt.graph.symbols import ALL_SYMBOLS, AXIS_DEGREE
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
 from stageopt.serving.cache_graph import T, serving_block
 
 SYMBOLS = ALL_SYMBOLS + (T,)
+ROWS = 8
 COMPUTE = ("matmul", "attention", "vector")
 
 
@@ -39,21 +40,24 @@ class OpRow:
     collective: str  # comm only: all_reduce | all_gather | reduce_scatter | all_to_all
     axis: str  # comm only: tp | ep
     expert: bool  # reads expert weights (only the experts a step's tokens reach are read)
+    precision: int  # the kernel model's precision class (0: stays high precision)
+    launches: float  # kernels the op launches (eager elementwise ops launch several)
 
 
 @dataclass(frozen=True)
 class BlockTable:
-    """A block's ops and a function giving, per op, (flops, weight, cache, activation bytes)."""
+    """A block's ops and a function giving, per op, FLOPs, weight, cache and activation bytes, and GEMM m, n, k, batch."""
 
     kind: str
     rows: tuple[OpRow, ...]
     fn: Callable[..., list]
 
     def evaluate(self, values: dict[str, object], size: int) -> np.ndarray:
-        """Array (4, ops, size): FLOPs, weight bytes, cache bytes, activation bytes (comm: size in row 3)."""
+        """Array (8, ops, size): FLOPs, weight, cache and activation bytes (comm: its size in row 3),
+        then the GEMM shape m, n, k, batch (zero for other kernels)."""
         out = self.fn(*[values[s.name] for s in SYMBOLS])
         rows = np.array([np.broadcast_to(np.asarray(x, dtype=float), (size,)) for x in out])
-        return rows.reshape(4, len(self.rows), size)
+        return rows.reshape(ROWS, len(self.rows), size)
 
 
 def _bytes_by_role(tensors: tuple[Tensor, ...], role: str | None) -> sp.Expr:
@@ -82,10 +86,11 @@ def block_table(kind: str, arch: Arch) -> BlockTable:
     rows = tuple(OpRow(name=op.name, kind=kernel_name(op) if op.kind in COMPUTE else "comm",
                        collective=op.collective.kind if op.collective else "",
                        axis=op.collective.axis if op.collective else "",
-                       expert=any(t.param_group == "expert" for t in op.inputs if t.role == "weight"))
+                       expert=any(t.param_group == "expert" for t in op.inputs if t.role == "weight"),
+                       precision=int(op.attrs.get("precision", 0)), launches=float(op.attrs.get("passes", 1.0)))
                  for op in ops)
-    values = [_op_values(op) for op in ops]
-    exprs = [v[i] for i in range(4) for v in values]
+    values = [_op_values(op) + gemm_shape(op) for op in ops]
+    exprs = [sp.sympify(v[i]) for i in range(ROWS) for v in values]
     return BlockTable(kind=kind, rows=rows, fn=sp.lambdify(SYMBOLS, exprs, modules="numpy", cse=False))
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, kernel_seconds
+from stageopt.hardware.kernels import HIGH, KERNEL_CODES, LOWP, Kernels, kernel_seconds
 from stageopt.hardware.network import collective_time, p2p_time
 from stageopt.model.spec import ModelSpec
 from stageopt.serving.cache_graph import inference_arch
@@ -59,12 +59,21 @@ class StepShape:
         return StepShape(*[np.broadcast_to(a, (n,)) for a in arrays])
 
 
+def _kernels(code: int, flops, nbytes, shape, precision: int, launches: float = 1.0) -> Kernels:
+    """Forward kernels of one op for the shared kernel model (``shape``: GEMM m, n, k, batch rows, or None)."""
+    flops = np.asarray(flops, dtype=float)
+    zero = np.zeros_like(flops)
+    m, n, k, batch = (zero, zero, zero, zero) if shape is None else shape
+    return Kernels(code=np.full(flops.shape, code), flops=flops, nbytes=np.asarray(nbytes, dtype=float), m=m, n=n,
+                   k=k, batch=batch, precision=np.full(flops.shape, precision), backward=np.zeros(flops.shape, bool),
+                   count=launches)
+
+
 def attention_kernel_seconds(hw: Hardware, flops, nbytes) -> np.ndarray:
     """An attention kernel: the slower of the flash-attention kernel on its FLOPs and a stream of its bytes."""
     flops, nbytes = np.broadcast_arrays(np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float))
-    never = np.zeros(flops.shape, dtype=bool)
-    compute = kernel_seconds(hw, "bf16", np.full(flops.shape, KERNEL_CODES["attention"]), flops, nbytes, never)
-    stream = kernel_seconds(hw, "bf16", np.full(flops.shape, KERNEL_CODES["vector"]), flops, nbytes, never)
+    compute = kernel_seconds(hw, "bf16", _kernels(KERNEL_CODES["attention"], flops, nbytes, None, HIGH))
+    stream = kernel_seconds(hw, "bf16", _kernels(KERNEL_CODES["vector"], flops, nbytes, None, HIGH))
     return np.maximum(compute, stream)
 
 
@@ -114,11 +123,14 @@ class StepModel:
             if row.expert and touched is not None:
                 weights = weights * touched
             if row.kind == "matmul":
-                total += kernel_seconds(self.hw, self.gemm_dtype, np.zeros(n, dtype=int), flops,
-                                        weights * self.wscale + acts, np.zeros(n, dtype=bool))
+                # inference FP8 GEMMs take weights quantized offline and activations quantized by the
+                # kernel before them: no separate cast kernel (the kernel model's LOWP class)
+                precision = LOWP if row.precision != HIGH else HIGH
+                total += kernel_seconds(self.hw, self.gemm_dtype, _kernels(
+                    0, flops, weights * self.wscale + acts, bv[4:, i], precision, row.launches))
             elif row.kind == "vector":
-                total += kernel_seconds(self.hw, "bf16", np.full(n, KERNEL_CODES["vector"]), flops,
-                                        weights + acts + cache, np.zeros(n, dtype=bool))
+                total += kernel_seconds(self.hw, "bf16", _kernels(
+                    KERNEL_CODES["vector"], flops, weights + acts + cache, None, HIGH, row.launches))
             else:
                 total += attention_kernel_seconds(self.hw, flops, acts + cache)
         return total
