@@ -47,20 +47,25 @@ class CacheBuilder(GraphBuilder):
     def einsum(self, name: str, spec: str, operands: tuple[Tensor, ...], **kwargs) -> Tensor:  # type: ignore[override]
         extra = kwargs.get("extra") or {}
         if kwargs.get("kind") == "attention" or extra.get("causal"):
-            operands = (operands[0],) + tuple(self._cached(t) for t in operands[1:])
+            self._append([t for t in operands[1:] if self._is_new_kv(t)])
+            operands = (operands[0],) + tuple(self.cache.get(t.uid, t) for t in operands[1:])
         return super().einsum(name, spec, operands, **kwargs)
 
-    def _cached(self, t: Tensor) -> Tensor:
-        if t.role == "kv_cache" or len(t.shape) < 2 or t.shape[1] != S or self.producer.get(t.uid) is None:
-            return t
-        if t.uid not in self.cache:
-            slot = self.derive(t, f"{t.name}_slot", role="kv_cache")  # the new tokens' pages
-            append = self.emit(Op(name=f"kv_append:{t.name}", kind="vector", inputs=(t,), outputs=(slot,),
-                                  vector_flops=sp.Integer(0), attrs={"kv_append": True}))
+    def _is_new_kv(self, t: Tensor) -> bool:
+        return (t.role != "kv_cache" and len(t.shape) >= 2 and t.shape[1] == S and t.uid not in self.cache
+                and self.producer.get(t.uid) is not None)
+
+    def _append(self, new: list[Tensor]) -> None:
+        """One kernel writes every new key/value tensor into its cache pages (vLLM's reshape_and_cache)."""
+        if not new:
+            return
+        slots = tuple(self.derive(t, f"{t.name}_slot", role="kv_cache") for t in new)
+        append = self.emit(Op(name="kv_append:" + "+".join(t.name for t in new), kind="vector", inputs=tuple(new),
+                              outputs=slots, vector_flops=sp.Integer(0), attrs={"kv_append": True}))
+        for t in new:
             cache = self.derive(t, f"{t.name}_cache", shape=(t.shape[0], T, *t.shape[2:]), role="kv_cache")
             self.producer[cache.uid] = append  # attention reads the cache after the append
             self.cache[t.uid] = cache
-        return self.cache[t.uid]
 
 
 @dataclass(frozen=True)
