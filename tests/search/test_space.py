@@ -9,10 +9,12 @@ from conftest import SMALL
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.search.candidate import HardwareCatalog, make_candidate
 from stageopt.search.dimensions import Dimension
-from stageopt.search.space import list_spaces, load_space, space_from_dict
+from stageopt.search.space import list_spaces, load_space, resolve_space_path, space_from_dict
+from stageopt.serving.serving_space import is_serving_space
 
 
-@pytest.mark.parametrize("name", list_spaces())
+@pytest.mark.parametrize("name", [n for n in list_spaces()  # serving spaces: tests/serving
+                                  if not is_serving_space(resolve_space_path(n))])
 def test_shipped_spaces_load(name: str) -> None:
     space = load_space(name)
     assert space.dims and space.gbs > 0

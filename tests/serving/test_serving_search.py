@@ -71,3 +71,14 @@ def test_search_dispatches_serving_spaces(tmp_path, capsys):
 def test_bad_serving_space_names_the_key(tmp_path, change, fragment):
     with pytest.raises(ConfigError, match=fragment):
         load_serving_space(_write(tmp_path, {**SPACE, **change}))
+
+
+def test_shipped_serving_spaces_load():
+    from stageopt.search.space import list_spaces, resolve_space_path
+    from stageopt.serving.serving_space import is_serving_space
+
+    shipped = [resolve_space_path(n) for n in list_spaces() if is_serving_space(resolve_space_path(n))]
+    assert any(p.stem == "serve-llama3-70b" for p in shipped)
+    for path in shipped:
+        space = load_serving_space(path)
+        assert space.size_hint() > 0 and space.slo.tpot_ms
