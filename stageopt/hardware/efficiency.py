@@ -20,7 +20,9 @@ microbenchmark measures, with a physical range enforced on it:
   reaches relative to it;
 * ``launch_us``: the fixed cost of one kernel on the GPU (launch gap, prologue, epilogue);
 * ``host_us``: the CPU time a training framework spends to dispatch one kernel; a
-  kernel shorter than that leaves the GPU waiting for the next one.
+  kernel shorter than that leaves the GPU waiting for the next one;
+* ``graph_launch_us``: the gap between kernels replayed from a CUDA graph (serving
+  engines replay decode steps so), which pays neither the launch nor the host cost.
 
 The time formulas that combine them live in :mod:`stageopt.hardware.kernels`
 (vectorized, shared by every backend); this module holds the parameters and the
@@ -76,6 +78,8 @@ class GpuEfficiency:
     memory_fraction: float = field(metadata=bounds(gt=0.5, le=1, doc="share of HBM bandwidth a copy reaches"))
     launch_us: float = field(metadata=bounds(ge=0.5, le=20, doc="fixed cost of one kernel"))
     host_us: float = field(default=0.0, metadata=bounds(ge=0, le=50, doc="host time to dispatch one kernel"))
+    graph_launch_us: float = field(default=1.5, metadata=bounds(
+        ge=0.2, le=10, doc="gap between kernels replayed from a CUDA graph"))
     fa2_attention_scale: float = field(default=1.0, metadata=bounds(
         gt=0.2, le=1.0, doc="FlashAttention-2 throughput relative to the best attention kernel"))
 

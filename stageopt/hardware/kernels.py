@@ -60,12 +60,18 @@ class Kernels:
     count: np.ndarray | int = 1  # kernels each entry stands for (eager elementwise ops launch several)
 
 
-def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best") -> np.ndarray:
-    """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | fa2)."""
+def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best",
+                   cuda_graphs: bool = False) -> np.ndarray:
+    """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | fa2).
+
+    With ``cuda_graphs`` the kernels are replayed from a CUDA graph: each pays
+    ``graph_launch_us`` instead of the launch cost and no host dispatch time.
+    """
     gpu, eff = hw.gpu, hw.gpu.efficiency
     fp8 = dtype == "fp8"
     high = "bf16" if fp8 else dtype
-    launch = eff.launch_us * 1e-6
+    launch = (eff.graph_launch_us if cuda_graphs else eff.launch_us) * 1e-6
+    host = 0.0 if cuda_graphs else eff.host_us * 1e-6
     launches = np.asarray(kern.count, dtype=float)
     bandwidth = gpu.hbm_gbps * 1e9 * eff.memory_fraction
     memory = kern.nbytes / bandwidth
@@ -86,4 +92,4 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     attention = launch + attn_flops / (attn_fraction * attn_peak)
     vector = launch * launches + memory
     device = np.where(kern.code == 3, vector, np.where(kern.code == 0, matmul, attention))
-    return np.maximum(device, eff.host_us * 1e-6 * launches)
+    return np.maximum(device, host * launches)

@@ -33,7 +33,8 @@ import numpy as np
 
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import HIGH, KERNEL_CODES, LOWP, Kernels, kernel_seconds
+from stageopt.hardware.kernels import HIGH, KERNEL_CODES, LOWP, Kernels
+from stageopt.hardware.kernels import kernel_seconds as _kernel_seconds
 from stageopt.hardware.network import collective_time, p2p_time
 from stageopt.model.spec import ModelSpec
 from stageopt.serving.cache_graph import inference_arch
@@ -57,6 +58,11 @@ class StepShape:
         arrays = [np.atleast_1d(np.asarray(x, dtype=float)) for x in (tokens, pairs, keys, sampled)]
         n = max(len(a) for a in arrays)
         return StepShape(*[np.broadcast_to(a, (n,)) for a in arrays])
+
+
+def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels) -> np.ndarray:
+    """The shared kernel model as serving engines run it: steps replayed from CUDA graphs."""
+    return _kernel_seconds(hw, dtype, kern, cuda_graphs=True)
 
 
 def _kernels(code: int, flops, nbytes, shape, precision: int, launches: float = 1.0) -> Kernels:
