@@ -1,0 +1,103 @@
+"""Collectives that span nodes, written as the per-tier phases stageopt's network model times.
+
+Why: :func:`stageopt.hardware.network.collective_time` runs a group with
+several members in each of several nodes hierarchically, as NCCL does (an
+all-reduce is an intra-node reduce-scatter, an inter-node all-reduce of
+``1/n_in`` of the buffer, an intra-node all-gather). ASTRA-sim 518bd51 runs
+any communicator group smaller than the world as one ring over its members,
+mixing NVLink and scale-out hops in one ring, which its congestion-unaware
+backend times neither way. So the trace writer spells such a collective out
+as its phases, each on a group that lives in one tier: ``<kind>@node`` (the
+members sharing a node) and ``<kind>@nodes`` (one member per node, same
+position in it; :mod:`stageopt.program.groups`). Each phase is then a plain
+ring (or direct exchange) on uniform links, and ASTRA-sim times what the
+replay and the analytical model time.
+
+Phases, for ``n = n_in * n_out`` members and buffer ``S`` (``c`` = an
+all-gather's per-rank input):
+
+* all-reduce: reduce-scatter ``S`` @node, all-reduce ``S/n_in`` @nodes,
+  all-gather ``S/n_in`` per rank @node;
+* all-gather: all-gather ``c`` @nodes, then ``c * n_out`` @node;
+* reduce-scatter: ``S`` @node, then ``S/n_in`` @nodes;
+* all-to-all: ``S/n_out`` @node, then ``S`` @nodes (the share bound for
+  other nodes crosses the scale-out tier once).
+
+ZeRO-3's gathers and scatters are left whole: the replay prices them as one
+flat ring at the scale-out bandwidth, which ASTRA-sim's ring over the group
+reproduces when each node holds one member.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from stageopt.parallel.plan import Plan
+from stageopt.parallel.ranks import all_groups
+from stageopt.program.groups import members_per_node
+from stageopt.program.nodes import COLL, ProgramNode, StageProgram
+from stageopt.program.params import ceil_div
+
+UNSPLIT_PHASES = ("zero3",)
+
+
+def split_kinds(plan: Plan, kinds: set[str], node_gpus: int) -> dict[str, int]:
+    """``{kind: members per node}`` for the kinds whose groups span nodes with several members in each."""
+    out = {}
+    for kind in sorted(kinds):
+        rows = all_groups(plan, kind)
+        per = members_per_node(rows, node_gpus)
+        if 1 < per < rows.shape[1]:
+            out[kind] = per
+    return out
+
+
+def phases(node: ProgramNode, n_in: int) -> list[tuple[str, str, int]]:
+    """``(collective, group kind, comm_size)`` of each phase of one split collective."""
+    n_out = node.group_size // n_in
+    node_kind, nodes_kind = f"{node.group}@node", f"{node.group}@nodes"
+    size = node.comm_size
+    if node.collective == "all_reduce":
+        part = ceil_div(size, n_in)
+        return [("reduce_scatter", node_kind, size), ("all_reduce", nodes_kind, part), ("all_gather", node_kind, part)]
+    if node.collective == "all_gather":
+        return [("all_gather", nodes_kind, size), ("all_gather", node_kind, size * n_out)]
+    if node.collective == "reduce_scatter":
+        return [("reduce_scatter", node_kind, size), ("reduce_scatter", nodes_kind, ceil_div(size, n_in))]
+    return [("all_to_all", node_kind, ceil_div(size, n_out)), ("all_to_all", nodes_kind, size)]
+
+
+def split_program(program: StageProgram, micros: np.ndarray, split: dict[str, int]) -> tuple[StageProgram, np.ndarray]:
+    """The program with every collective on a kind of ``split`` replaced by its phases, chained.
+
+    Ids stay contiguous and in topological order; a node that waited for a
+    split collective waits for its last phase. ``micros`` (per node) follows
+    the renumbering; phases get 0 (ASTRA-sim simulates them).
+    """
+    if not split:
+        return program, micros
+    new_id: dict[int, int] = {}
+    nodes: list[ProgramNode] = []
+    out_micros: list[int] = []
+
+    def remap(deps: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(new_id[d] for d in deps)
+
+    for n, m in zip(program.nodes, micros.tolist()):
+        data, ctrl = remap(n.data_deps), remap(n.ctrl_deps)
+        if n.type != COLL or n.group not in split or n.phase in UNSPLIT_PHASES:
+            new_id[n.id] = len(nodes)
+            nodes.append(replace(n, id=len(nodes), data_deps=data, ctrl_deps=ctrl))
+            out_micros.append(m)
+            continue
+        for collective, kind, size in phases(n, split[n.group]):
+            size_of = split[n.group] if kind.endswith("@node") else n.group_size // split[n.group]
+            nodes.append(replace(n, id=len(nodes), name=f"{n.name}/{collective}@{kind.split('@')[1]}",
+                                 data_deps=data, ctrl_deps=ctrl, collective=collective, group=kind,
+                                 group_size=size_of, comm_size=size))
+            out_micros.append(0)
+            data, ctrl = (len(nodes) - 1,), ()
+        new_id[n.id] = len(nodes) - 1
+    return StageProgram(stage=program.stage, nodes=tuple(nodes)), np.array(out_micros, dtype=np.int64)
