@@ -23,6 +23,7 @@ _FINISHED_HINT = re.compile(r"sys\[[^\]]*\]\s*finished")
 _CRITICAL = re.compile(r"\[critical\]")
 _EXITING = re.compile(r"\] Exiting\s*$")
 KEPT_LINES = 8  # [critical] and malformed lines kept for the message
+KEYWORDS = (b"critical", b"Exiting", b"finished")  # a line without one of these cannot change the verdict
 
 
 class AstraSimNotFound(SimulatorError):
@@ -34,7 +35,15 @@ class AstraSimCrashed(SimulatorError):
 
 
 class AstraSimKnownExitFault(SimulatorError):
-    """The known exit-134 teardown abort, with some ranks' results lost (or not accepted)."""
+    """The known exit-134 teardown abort, with some ranks' results lost (or not accepted).
+
+    ``lost``: what was lost (a phrase), when that is why; empty when the
+    complete result was only refused.
+    """
+
+    def __init__(self, message: str, lost: str = "") -> None:
+        super().__init__(message)
+        self.lost = lost
 
 
 class AstraSimTimeout(SimulatorError):
@@ -105,9 +114,12 @@ class LogScanner:
         if len(bucket) < KEPT_LINES:
             bucket.append(text)
 
-    def feed(self, line: str) -> None:
-        self.lines += 1
+    def feed(self, line: str, number: int | None = None) -> None:
+        """Read one line; ``number`` is its line number when lines were skipped (see KEYWORDS)."""
+        self.lines = self.lines + 1 if number is None else number
         number = self.lines
+        if "critical" not in line and "Exiting" not in line and "finished" not in line:
+            return  # the common line (statistics) costs three substring tests
         if _CRITICAL.search(line):
             self._keep(self.critical, f"line {number}: {line.strip()[:200]}")
             return

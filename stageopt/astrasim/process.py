@@ -13,7 +13,8 @@ be orphaned when stageopt itself is told to stop. So a run here:
   stops the group and every recorded descendant (SIGSTOP first, so nothing
   forks while the list is completed) and then SIGKILLs them all;
 * hands stdout to a callback line by line (lines capped at
-  :data:`MAX_LINE_CHARS`) and keeps only the last :data:`TAIL_BYTES` of
+  :data:`MAX_LINE_CHARS`; with ``wanted``, only lines that can matter) and
+  keeps only the last :data:`TAIL_BYTES` of
   stderr, so memory does not grow with the output; more than
   :data:`OUTPUT_LIMIT_BYTES` on stdout stops the run.
 """
@@ -154,29 +155,42 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
-def _lines(stream, limit: int) -> Iterator[tuple[str, int]]:
-    """Decoded lines (each capped) and the running byte count, without holding more than one chunk."""
-    total = 0
+def _lines(stream, limit: int, wanted: tuple[bytes, ...] = ()) -> Iterator[tuple[str, int, int]]:
+    """``(line, line number, bytes so far)`` for each line (capped), never holding more than one chunk.
+
+    With ``wanted``, a chunk holding none of those substrings is only counted,
+    not split: a flood of output costs a substring search per 64 KiB.
+    """
+    total = number = 0
     partial = b""
     while chunk := stream.read1(65536):
         total += len(chunk)
         if total > limit:
-            yield "", total
+            yield "", number, total
             return
-        parts = (partial + chunk).split(b"\n")
+        data = partial + chunk
+        if wanted and not any(w in data for w in wanted):
+            cut = data.rfind(b"\n")
+            if cut >= 0:
+                number += data.count(b"\n")
+                data = data[cut + 1:]
+            partial = data[:MAX_LINE_CHARS]
+            continue
+        parts = data.split(b"\n")
         partial = parts.pop()[:MAX_LINE_CHARS]
         for raw in parts:
-            yield raw[:MAX_LINE_CHARS].decode("utf-8", "replace"), total
+            number += 1
+            yield raw[:MAX_LINE_CHARS].decode("utf-8", "replace"), number, total
     if partial:
-        yield partial.decode("utf-8", "replace"), total
+        yield partial.decode("utf-8", "replace"), number + 1, total
 
 
 class _Pump(threading.Thread):
     """Reads one pipe to its end: stdout line by line into a callback, stderr into a bounded tail."""
 
-    def __init__(self, stream, on_line: Callable[[str], None] | None) -> None:
+    def __init__(self, stream, on_line: Callable[[str, int], None] | None, wanted: tuple[bytes, ...] = ()) -> None:
         super().__init__(daemon=True)
-        self.stream, self.on_line = stream, on_line
+        self.stream, self.on_line, self.wanted = stream, on_line, wanted
         self.tail = b""
         self.total = 0
         self.too_large = False
@@ -188,12 +202,12 @@ class _Pump(threading.Thread):
                 while chunk := self.stream.read1(65536):
                     self.tail = (self.tail + chunk)[-TAIL_BYTES:]
                 return
-            for line, total in _lines(self.stream, OUTPUT_LIMIT_BYTES):
+            for line, number, total in _lines(self.stream, OUTPUT_LIMIT_BYTES, self.wanted):
                 self.total = total
                 if total > OUTPUT_LIMIT_BYTES:
                     self.too_large = True
                     return
-                self.on_line(line)
+                self.on_line(line, number)
         except BaseException as err:  # noqa: BLE001 - handed to the waiting thread
             self.error = err
 
@@ -216,14 +230,15 @@ def _terminate_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def run_tree(argv: list[str], cwd: Path, timeout_s: float, on_line: Callable[[str], None],
-             env: dict[str, str] | None = None) -> Completed:
-    """Run ``argv``; ``on_line`` gets each stdout line. Nothing it started is left running on return."""
+def run_tree(argv: list[str], cwd: Path, timeout_s: float, on_line: Callable[[str, int], None],
+             env: dict[str, str] | None = None, wanted: tuple[bytes, ...] = ()) -> Completed:
+    """Run ``argv``; ``on_line(line, number)`` gets each stdout line (with ``wanted``, at least those
+    holding one of its substrings). Nothing it started is left running on return."""
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
     tree = ProcessTree(proc)
-    out, err = _Pump(proc.stdout, on_line), _Pump(proc.stderr, None)
+    out, err = _Pump(proc.stdout, on_line, wanted), _Pump(proc.stderr, None)
     out.start()
     err.start()
     try:

@@ -44,6 +44,7 @@ from pathlib import Path
 import yaml
 
 from stageopt.astrasim.output import (
+    KEYWORDS,
     AstraSimCrashed,
     AstraSimKnownExitFault,
     AstraSimNotFound,
@@ -199,7 +200,7 @@ def _judge(done: Completed, scan: LogScan, n_ranks: int, allow_known_exit_fault:
                 if missing else f"output is damaged ({scan.malformed[0]})"
             raise AstraSimKnownExitFault(
                 f"ASTRA-sim hit its known exit fault (exit 134, malloc_consolidate) and {lost}; rerun it, "
-                f"or use communicator groups spanning all ranks to avoid the fault")
+                f"or use communicator groups spanning all ranks to avoid the fault", lost=lost)
         check_scan(scan, n_ranks, need_exiting=False)
         if not allow_known_exit_fault:
             raise AstraSimKnownExitFault(
@@ -223,7 +224,7 @@ def _run_once(argv: list[str], run_dir: Path, timeout_s: float, n_ranks: int,
     env = dict(os.environ, LIBC_FATAL_STDERR_="1")  # glibc abort messages to stderr, not /dev/tty
     try:
         done = run_tree(argv + [f"--logging-configuration={run_dir / 'logging.toml'}"], run_dir, timeout_s,
-                        scanner.feed, env=env)
+                        scanner.feed, env=env, wanted=KEYWORDS)
     except RunTimeout:
         raise AstraSimTimeout(f"ASTRA-sim ran past its {timeout_s:g} s limit and was killed; raise the timeout "
                               f"or simulate fewer ranks / micro-batches") from None
@@ -280,8 +281,13 @@ def run_astra_sim(*, workload: os.PathLike[str] | str, system: os.PathLike[str] 
             try:
                 result = _run_once(argv + list(extra_args), run_dir, timeout_s, ranks, allow_known_exit_fault)
             except AstraSimKnownExitFault as err:
-                if tries > retries or "were lost" not in str(err):
-                    raise AstraSimKnownExitFault(f"{err} (after {tries} run(s))") from None
+                if not err.lost or tries > retries:
+                    if err.lost:
+                        raise AstraSimKnownExitFault(
+                            f"ASTRA-sim hit its known exit fault (exit 134, malloc_consolidate) in each of {tries} "
+                            f"runs and {err.lost}; use communicator groups spanning all ranks to avoid the fault",
+                            lost=err.lost) from None
+                    raise
                 continue
             return dataclasses.replace(result, attempts=tries)
         raise AssertionError("unreachable")  # pragma: no cover
