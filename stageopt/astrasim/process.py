@@ -149,10 +149,16 @@ class ProcessTree:
         self.proc.wait()
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the thread that started us dies (Linux; ignored elsewhere)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+def _death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when the thread that started it dies (Linux).
+
+    libc is resolved here, in the parent; the child only makes the call.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _lines(stream, limit: int, wanted: tuple[bytes, ...] = ()) -> Iterator[tuple[str, int, int]]:
@@ -236,7 +242,7 @@ def run_tree(argv: list[str], cwd: Path, timeout_s: float, on_line: Callable[[st
     holding one of its substrings). Nothing it started is left running on return."""
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_death_signal())
     tree = ProcessTree(proc)
     out, err = _Pump(proc.stdout, on_line, wanted), _Pump(proc.stderr, None)
     out.start()
