@@ -20,10 +20,15 @@ from stageopt.errors import ConfigError, SimulatorError
 
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles\.\s*$")
 _FINISHED_HINT = re.compile(r"sys\[[^\]]*\]\s*finished")
-_CRITICAL = re.compile(r"\[critical\]")
-_EXITING = re.compile(r"\] Exiting\s*$")
+# spdlog's default pattern ("[time] [logger] [critical] msg") and ASTRA-sim's own ("[time] [C] <logger>: msg"),
+# which its loggers get when a --logging-configuration defines them
+_CRITICAL = re.compile(r"\[(?:critical|C)\]")
+_EXITING = re.compile(r"(?:\]|>:) Exiting\s*$")
 KEPT_LINES = 8  # [critical] and malformed lines kept for the message
-KEYWORDS = (b"critical", b"Exiting", b"finished")  # a line without one of these cannot change the verdict
+KEYWORDS = (b"critical", b"[C]", b"Exiting", b"finished")  # a line without one of these cannot change the verdict
+
+
+_KEY_TEXT = tuple(k.decode() for k in KEYWORDS)
 
 
 class AstraSimNotFound(SimulatorError):
@@ -118,8 +123,8 @@ class LogScanner:
         """Read one line; ``number`` is its line number when lines were skipped (see KEYWORDS)."""
         self.lines = self.lines + 1 if number is None else number
         number = self.lines
-        if "critical" not in line and "Exiting" not in line and "finished" not in line:
-            return  # the common line (statistics) costs three substring tests
+        if not any(k in line for k in _KEY_TEXT):
+            return  # the common line (statistics) costs four substring tests
         if _CRITICAL.search(line):
             self._keep(self.critical, f"line {number}: {line.strip()[:200]}")
             return

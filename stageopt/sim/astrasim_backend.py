@@ -31,8 +31,8 @@ from stageopt.sim.backend_notes import astra_sim_notes
 from stageopt.sim.base import Estimate, Simulator, estimate_from_times
 from stageopt.workload import Workload
 
-EXIT_FAULT_NOTE = ("ASTRA-sim aborted at exit (its known exit-134 fault) after every rank had finished; the numbers "
-                   "are complete{retry}")
+EXIT_FAULT_NOTE = ("ASTRA-sim crashed at exit (its known teardown fault, exit 134 or a segfault) after every rank "
+                   "had finished; the numbers are complete{retry}")
 
 
 class AstraSimSimulator(Simulator):

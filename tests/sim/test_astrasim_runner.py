@@ -400,3 +400,22 @@ def test_a_zero_step_time_is_refused(tmp_path: Path, inputs: dict[str, Path]) ->
     text = "".join(_line(r, 0, 0) + "\n" for r in range(N)) + "[x] [system] [warning] Exiting\n"
     with pytest.raises(AstraSimOutputError, match="0 cycles"):
         run_astra_sim(binary=_canned(tmp_path, text), **inputs)
+
+
+def test_a_segfault_at_teardown_after_every_rank_finished_is_the_known_fault(
+        tmp_path: Path, inputs: dict[str, Path]) -> None:
+    exe = _canned(tmp_path, _log(exiting=False), tail="kill -SEGV $$")
+    result = run_astra_sim(binary=exe, **inputs)
+    assert result.known_exit_fault and result.n_ranks == 4
+    exe = _canned(tmp_path, _log(range(3), exiting=False), tail="kill -SEGV $$")
+    with pytest.raises(AstraSimCrashed, match=r"signal 11 \(3 of 4 ranks finished"):
+        run_astra_sim(binary=exe, **inputs)
+
+
+def test_astra_sims_own_log_pattern_is_read() -> None:
+    """Loggers defined by a --logging-configuration print with ASTRA-sim's pattern (level letter, <logger>:)."""
+    text = ("[2026-11-23T18:49:55+00:00] [I] <workload>: sys[0] finished, 55222 cycles, exposed communication 5 cycles.\n"
+            "[2026-11-23T18:49:55+00:00] [W] <system>: Exiting\n")
+    assert parse_astra_sim_output(text, 1).max_cycles == 55222
+    with pytest.raises(AstraSimOutputError, match=r"\[critical\] line"):
+        parse_astra_sim_output(text + "[2026-11-23T18:49:55+00:00] [C] <system>: bad config\n", 1)
