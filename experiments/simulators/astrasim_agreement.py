@@ -30,7 +30,7 @@ from stageopt.sim.replay import ReplaySimulator
 from stageopt.sim.run import simulate_plan
 
 HERE = Path(__file__).resolve().parent
-SHORT_NOTES = {"DP gradient": "dp-stream", "ZeRO-3": "zero3-in-node", "ring": "ring-only", "pods": "pods",
+SHORT_NOTES = {"DP gradient": "dp-stream", "ZeRO-3": "zero3-in-node", "as a ring (": "ring-only", "pods": "pods",
                "congestion-aware": "aware"}
 
 
@@ -38,11 +38,11 @@ def _short(notes: list[str]) -> str:
     return ",".join(v for k, v in SHORT_NOTES.items() if any(k in n for n in notes) and v != "aware") or "-"
 
 
-def measure(row: dict) -> dict:
+def measure(row: dict, timeout_s: float) -> dict:
     args = (row["model"], row["plan"], row["gpus"])
     out: dict = {"name": row["name"], "plan": row["plan"], "gpus": row["gpus"]}
     start = time.perf_counter()
-    _, astra = simulate_plan(*args, simulator=AstraSimSimulator())
+    _, astra = simulate_plan(*args, simulator=AstraSimSimulator(timeout_s=timeout_s))
     out["astra_s"], out["astra_wall_s"] = astra.iteration_time_s, time.perf_counter() - start
     out["notes"] = _short(astra.details["notes"])
     out["exit_fault"] = astra.details["known_exit_fault"]
@@ -53,7 +53,7 @@ def measure(row: dict) -> dict:
         shared.iteration_time_s, replay.iteration_time_s, analytical.iteration_time_s)
     out["aware_s"] = None
     if len(network_dims(load_hardware("h100-sxm"), row["gpus"])) == 1:
-        _, aware = simulate_plan(*args, simulator=AstraSimSimulator(network="aware"))
+        _, aware = simulate_plan(*args, simulator=AstraSimSimulator(timeout_s=timeout_s, network="aware"))
         out["aware_s"] = aware.iteration_time_s
     return out
 
@@ -66,6 +66,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commit", default="518bd51", help="the ASTRA-sim commit the binary was built from")
     parser.add_argument("--only", nargs="*", help="matrix rows to run (default: all)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per ASTRA-sim run (default 3600)")
     args = parser.parse_args()
     rows = yaml.safe_load((HERE / "agreement_matrix.yaml").read_text())
     rows = [r for r in rows if not args.only or r["name"] in args.only]
@@ -76,7 +77,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     results = []
     for row in rows:
-        r = measure(row)
+        r = measure(row, args.timeout)
         results.append(r)
         a = r["astra_s"]
         print(f"| {r['name']}: `{r['plan']}` | {r['gpus']} | {a:.4f} | {_pct(r['replay_shared_s'], a)} | "

@@ -12,7 +12,8 @@ What is checked, for every plan of ``experiments/simulators/agreement_matrix.yam
 * the replay's default (DP on a background stream) differs from ASTRA-sim by
   what the shared slot explains, within 2%, and the DP-stream note is printed
   where DP collectives exist;
-* the analytical model is within 5% of the replay with ASTRA-sim's slot rule.
+* the analytical model is within 5% of ASTRA-sim, except on the rows marked
+  ``analytical_gap`` (expected to fail there, with the reason).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ needs_binary = pytest.mark.skipif(not os.environ.get(ENV_VAR), reason=f"{ENV_VAR
 
 @needs_binary
 @pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])
-def test_astra_sim_agrees_with_the_replay(row: dict) -> None:
+def test_astra_sim_agrees_with_the_replay(row: dict, request: pytest.FixtureRequest) -> None:
     args = (row["model"], row["plan"], row["gpus"])
-    _, astra = simulate_plan(*args, simulator=AstraSimSimulator())
+    _, astra = simulate_plan(*args, simulator=AstraSimSimulator(timeout_s=3600))
     _, shared = simulate_plan(*args, simulator=ReplaySimulator(dp_stream="shared"))
     _, replay = simulate_plan(*args, simulator=ReplaySimulator())
     _, analytical = simulate_plan(*args)
@@ -51,7 +52,9 @@ def test_astra_sim_agrees_with_the_replay(row: dict) -> None:
                                                           abs=0.02 * a)
     if replay.iteration_time_s != shared.iteration_time_s:
         assert "DP gradient collectives share ASTRA-sim's one communication slot" in notes
-    assert analytical.iteration_time_s == pytest.approx(shared.iteration_time_s, rel=0.05)
+    if row.get("analytical_gap"):
+        request.applymarker(pytest.mark.xfail(reason=f"analytical: {row['analytical_gap']}", strict=True))
+    assert analytical.iteration_time_s == pytest.approx(a, rel=0.05)
 
 
 @needs_binary
