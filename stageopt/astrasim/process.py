@@ -161,7 +161,7 @@ def _death_signal() -> Callable[[], None] | None:
     return lambda: prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
-def _lines(stream, limit: int, wanted: tuple[bytes, ...] = ()) -> Iterator[tuple[str, int, int]]:
+def read_lines(stream, limit: int, wanted: tuple[bytes, ...] = ()) -> Iterator[tuple[str, int, int]]:
     """``(line, line number, bytes so far)`` for each line (capped), never holding more than one chunk.
 
     With ``wanted``, a chunk holding none of those substrings is only counted,
@@ -208,7 +208,7 @@ class _Pump(threading.Thread):
                 while chunk := self.stream.read1(65536):
                     self.tail = (self.tail + chunk)[-TAIL_BYTES:]
                 return
-            for line, number, total in _lines(self.stream, OUTPUT_LIMIT_BYTES, self.wanted):
+            for line, number, total in read_lines(self.stream, OUTPUT_LIMIT_BYTES, self.wanted):
                 self.total = total
                 if total > OUTPUT_LIMIT_BYTES:
                     self.too_large = True

@@ -62,7 +62,14 @@ from stageopt.astrasim.output import (
     result_of,
     scan_log,
 )
-from stageopt.astrasim.process import Completed, OutputTooLarge, RunTimeout, run_tree
+from stageopt.astrasim.process import (
+    OUTPUT_LIMIT_BYTES,
+    Completed,
+    OutputTooLarge,
+    RunTimeout,
+    read_lines,
+    run_tree,
+)
 from stageopt.errors import ConfigError
 
 __all__ = ["AWARE_ENV_VAR", "ENV_VAR", "NETWORKS", "AstraSimCrashed", "AstraSimKnownExitFault", "AstraSimNotFound",
@@ -188,9 +195,9 @@ def _with_results_log(scan: LogScan, run_dir: Path) -> LogScan:
     if not path.is_file():
         return scan
     scanner = LogScanner()
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            scanner.feed(line[:4096])
+    with path.open("rb") as f:
+        for line, number, _ in read_lines(f, OUTPUT_LIMIT_BYTES, KEYWORDS):
+            scanner.feed(line, number)
     logged = scanner.scan()
     finished = {**logged.finished, **scan.finished}
     return LogScan(finished=finished, exiting=scan.exiting or logged.exiting, critical=scan.critical,
@@ -270,6 +277,8 @@ def run_astra_sim(*, workload: os.PathLike[str] | str, system: os.PathLike[str] 
     lost lines (the simulation is deterministic, so a rerun gives the same numbers).
     """
     exe = find_astra_sim(binary, network_model)
+    if retries < 0:
+        raise ConfigError(f"retries={retries} must be >= 0")
     if not timeout_s > 0 or math.isinf(timeout_s):
         raise ConfigError(f"timeout_s={timeout_s!r} must be a finite number > 0; give seconds, e.g. 600")
     system_p, network_p, memory_p = (_existing(system, "system"), _existing(network, "network"),
@@ -297,8 +306,8 @@ def run_astra_sim(*, workload: os.PathLike[str] | str, system: os.PathLike[str] 
                 if not err.lost or tries > retries:
                     if err.lost:
                         raise AstraSimKnownExitFault(
-                            f"ASTRA-sim hit its known exit fault (exit 134, malloc_consolidate) in each of {tries} "
-                            f"runs and {err.lost}; use communicator groups spanning all ranks to avoid the fault",
+                            f"ASTRA-sim hit its known exit fault (exit 134, malloc_consolidate) in {tries} run(s) "
+                            f"and {err.lost}; use communicator groups spanning all ranks to avoid the fault",
                             lost=err.lost) from None
                     raise
                 continue

@@ -392,7 +392,7 @@ def test_a_run_that_lost_lines_is_repeated(tmp_path: Path, inputs: dict[str, Pat
     result = run_astra_sim(binary=exe, **inputs)
     assert result.known_exit_fault and result.attempts == 3 and result.n_ranks == 4
     (count).write_text("-5")
-    with pytest.raises(AstraSimKnownExitFault, match=r"in each of 2 runs and 2 of 4 ranks' results were lost \(1, 3\)"):
+    with pytest.raises(AstraSimKnownExitFault, match=r"in 2 run\(s\) and 2 of 4 ranks' results were lost \(1, 3\)"):
         run_astra_sim(binary=exe, retries=1, **inputs)
 
 
