@@ -12,8 +12,11 @@ Mapping (ASTRA-sim at commit 518bd51, analytical backend):
   rail-optimized network as one non-blocking switch), then ``interpod`` if the
   hardware has it and the job spans more than one pod. A tier with a single
   member is left out. ``npus_count`` multiplies to the number of ranks.
-* ``bandwidth``: ASTRA-sim reads GB/s with 1 GB = 2^30 bytes, the presets give
-  1e9 bytes, so the value written is ``gbps * 1e9 / 2**30``. ``FullyConnected``
+* ``bandwidth``: the tier's *achieved* bus bandwidth (link bandwidth x the
+  efficiency nccl-tests measures, ``Tier.achieved_gbps``), the figure
+  :mod:`stageopt.hardware.network` times collectives and messages with.
+  ASTRA-sim reads GB/s with 1 GB = 2^30 bytes, the presets give 1e9 bytes, so
+  the value written is ``gbps * 1e9 / 2**30``. ``FullyConnected``
   bandwidth is per peer link: the GPU's total over ``node.gpus - 1`` links.
 * ``latency`` (ns per hop): the tier's end-to-end ``latency_us`` divided by the
   hops a message takes (2 through a Switch, 1 on a direct link).
@@ -114,11 +117,11 @@ def network_dims(hw: Hardware, n_ranks: int) -> tuple[NetworkDim, ...]:
         if tier.topology == "fully_connected":
             links = max(hw.node.gpus - 1, 1)
             dims.append(NetworkDim(tier=tier, npus=npus, topology="FullyConnected",
-                                   bandwidth_gib_s=tier.bandwidth_gbps / links * 1e9 / GIB,
+                                   bandwidth_gib_s=tier.achieved_gbps / links * 1e9 / GIB,
                                    latency_ns=tier.latency_us * 1e3))
         else:
             dims.append(NetworkDim(tier=tier, npus=npus, topology="Switch",
-                                   bandwidth_gib_s=tier.bandwidth_gbps * 1e9 / GIB,
+                                   bandwidth_gib_s=tier.achieved_gbps * 1e9 / GIB,
                                    latency_ns=tier.latency_us * 1e3 / 2))
     return tuple(dims)
 

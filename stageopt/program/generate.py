@@ -34,7 +34,7 @@ from stageopt.program.durations import node_durations
 from stageopt.program.groups import GroupTable
 from stageopt.program.nodes import StageProgram
 from stageopt.program.stage_program import ProgramOptions, build_programs
-from stageopt.program.tier_split import split_kinds, split_program
+from stageopt.program.tier_split import split_buckets, split_kinds, split_program
 from stageopt.workload import Workload
 
 SCRIPT_NAME = "run_astrasim.sh"
@@ -133,14 +133,16 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 def lowered_programs(work: Workload, hw: Hardware, options: ProgramOptions | None = None
                      ) -> tuple[list[StageProgram], list[np.ndarray]]:
-    """The stage programs as written: kernel times in whole microseconds, node-spanning collectives split.
+    """The stage programs as written: kernel times in whole microseconds, data-parallel collectives in
+    their buckets, node-spanning collectives split by tier.
 
     Durations come from :func:`stageopt.program.durations.node_durations`, the
     replay's own numbers, so a change to the kernel model reaches the traces.
     """
     programs = build_programs(work, options)
     split = split_kinds(work.plan, set().union(*(p.groups_used() for p in programs)), hw.node.gpus)
-    out = [split_program(p, compute_micros(p, node_durations(p, work, hw)), split) for p in programs]
+    out = [split_program(*split_buckets(p, compute_micros(p, node_durations(p, work, hw)), work.plan), split)
+           for p in programs]
     return [p for p, _ in out], [m for _, m in out]
 
 

@@ -1,17 +1,26 @@
-"""Collectives that span nodes, written as the per-tier phases stageopt's network model times.
+"""Collectives as the stack issues them: data-parallel ones in buckets, node-spanning ones by tier.
 
-Why: :func:`stageopt.hardware.network.collective_time` runs a group with
-several members in each of several nodes hierarchically, as NCCL does (an
-all-reduce is an intra-node reduce-scatter, an inter-node all-reduce of
-``1/n_in`` of the buffer, an intra-node all-gather). ASTRA-sim 518bd51 runs
-any communicator group smaller than the world as one ring over its members,
-mixing NVLink and scale-out hops in one ring, which its congestion-unaware
-backend times neither way. So the trace writer spells such a collective out
-as its phases, each on a group that lives in one tier: ``<kind>@node`` (the
-members sharing a node) and ``<kind>@nodes`` (one member per node, same
+Buckets: :func:`stageopt.program.durations.collective_buckets` says how many
+collectives a data-parallel node stands for (each pays the collective's
+latency); :func:`split_buckets` writes that many, chained, with the bytes
+shared out exactly, so ASTRA-sim pays the same latencies.
+
+Tiers:
+
+ASTRA-sim 518bd51 runs any communicator group smaller than the world as one
+ring over its members. For a group with several members in each of several
+nodes that ring mixes NVLink and scale-out hops, and the congestion-unaware
+backend lets the slow hops carry several messages at once, so it comes out
+about 25% faster than either NCCL or stageopt's model
+(:func:`stageopt.hardware.network.collective_time`: NCCL's multi-channel
+ring, bound by the smaller of NVLink and the node's NICs). The trace writer
+spells such a collective out as the hierarchical phases NCCL's tree and
+NVLS algorithms use, each on a group that lives in one tier: ``<kind>@node``
+(the members sharing a node) and ``<kind>@nodes`` (one member per node, same
 position in it; :mod:`stageopt.program.groups`). Each phase is then a plain
-ring (or direct exchange) on uniform links, and ASTRA-sim times what the
-replay and the analytical model time.
+ring (or direct exchange) on uniform links, which ASTRA-sim times exactly;
+the remaining difference from the ring model (a few percent) is named in the
+astra-sim backend's output.
 
 Phases, for ``n = n_in * n_out`` members and buffer ``S`` (``c`` = an
 all-gather's per-rank input):
@@ -23,9 +32,6 @@ all-gather's per-rank input):
 * all-to-all: ``S/n_out`` @node, then ``S`` @nodes (the share bound for
   other nodes crosses the scale-out tier once).
 
-ZeRO-3's gathers and scatters are left whole: the replay prices them as one
-flat ring at the scale-out bandwidth, which ASTRA-sim's ring over the group
-reproduces when each node holds one member.
 """
 
 from __future__ import annotations
@@ -36,11 +42,11 @@ import numpy as np
 
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.ranks import all_groups
+from stageopt.program.durations import collective_buckets
 from stageopt.program.groups import members_per_node
 from stageopt.program.nodes import COLL, ProgramNode, StageProgram
 from stageopt.program.params import ceil_div
 
-UNSPLIT_PHASES = ("zero3",)
 
 
 def split_kinds(plan: Plan, kinds: set[str], node_gpus: int) -> dict[str, int]:
@@ -87,7 +93,7 @@ def split_program(program: StageProgram, micros: np.ndarray, split: dict[str, in
 
     for n, m in zip(program.nodes, micros.tolist()):
         data, ctrl = remap(n.data_deps), remap(n.ctrl_deps)
-        if n.type != COLL or n.group not in split or n.phase in UNSPLIT_PHASES:
+        if n.type != COLL or n.group not in split:
             new_id[n.id] = len(nodes)
             nodes.append(replace(n, id=len(nodes), data_deps=data, ctrl_deps=ctrl))
             out_micros.append(m)
@@ -97,6 +103,36 @@ def split_program(program: StageProgram, micros: np.ndarray, split: dict[str, in
             nodes.append(replace(n, id=len(nodes), name=f"{n.name}/{collective}@{kind.split('@')[1]}",
                                  data_deps=data, ctrl_deps=ctrl, collective=collective, group=kind,
                                  group_size=size_of, comm_size=size))
+            out_micros.append(0)
+            data, ctrl = (len(nodes) - 1,), ()
+        new_id[n.id] = len(nodes) - 1
+    return StageProgram(stage=program.stage, nodes=tuple(nodes)), np.array(out_micros, dtype=np.int64)
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """``total`` cut into ``parts`` integers that differ by at most one and sum exactly."""
+    q, r = divmod(total, parts)
+    return [q + 1] * r + [q] * (parts - r)
+
+
+def split_buckets(program: StageProgram, micros: np.ndarray, plan: Plan) -> tuple[StageProgram, np.ndarray]:
+    """The program with every data-parallel collective written as its buckets, chained (see above)."""
+    new_id: dict[int, int] = {}
+    nodes: list[ProgramNode] = []
+    out_micros: list[int] = []
+    for n, m in zip(program.nodes, micros.tolist()):
+        data, ctrl = tuple(new_id[d] for d in n.data_deps), tuple(new_id[d] for d in n.ctrl_deps)
+        whole = n.comm_size * (n.group_size if n.collective == "all_gather" else 1)
+        parts = int(collective_buckets(n, whole, plan)) if n.type == COLL else 1
+        parts = min(parts, max(n.comm_size, 1))
+        if parts <= 1:
+            new_id[n.id] = len(nodes)
+            nodes.append(replace(n, id=len(nodes), data_deps=data, ctrl_deps=ctrl))
+            out_micros.append(m)
+            continue
+        for i, size in enumerate(_shares(n.comm_size, parts)):
+            nodes.append(replace(n, id=len(nodes), name=f"{n.name}/bucket{i}", data_deps=data, ctrl_deps=ctrl,
+                                 comm_size=size))
             out_micros.append(0)
             data, ctrl = (len(nodes) - 1,), ()
         new_id[n.id] = len(nodes) - 1

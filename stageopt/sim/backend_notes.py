@@ -14,16 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.ranks import all_groups
-from stageopt.program.groups import members_per_node
 from stageopt.program.nodes import COLL, StageProgram
 
-DP_STREAM = ("DP gradient collectives share ASTRA-sim's one communication slot with TP collectives and pipeline "
-             "sends; --backend replay runs them on a background stream as Megatron-LM does "
-             "(--backend replay --dp-stream shared uses ASTRA-sim's rule)")
-ZERO3_IN_NODE = ("ZeRO-3 gathers and scatters: replay and analytical price them as one ring at the scale-out NIC "
-                 "bandwidth (as they ran in Narayanan et al. 2021), ASTRA-sim on the links of the group, NVLink "
-                 "between the {n} members that share a node")
+DP_STREAM = ("data-parallel collectives (gradient buckets, ZeRO-3 gathers and scatters) share ASTRA-sim's one "
+             "communication slot with TP collectives and pipeline sends; --backend replay runs them on a background "
+             "stream as Megatron-LM and FSDP do (--backend replay --dp-stream shared uses ASTRA-sim's rule)")
+TP_OVERLAP = ("TP communication overlapped with GEMMs (tp_overlap=on): replay and analytical keep only the part of "
+              "each TP collective that the chunked GEMMs cannot hide; ASTRA-sim runs whole collectives (replay "
+              "reproduces it with tp_overlap=off in the plan)")
+SPANNING = ("groups with several GPUs in each of several nodes ({kinds}): replay and analytical price their "
+            "collectives as NCCL's multi-channel ring (the smaller of NVLink and the node's NICs); ASTRA-sim runs "
+            "them as hierarchical phases on NVLink and scale-out")
 RING_ONLY = ("ASTRA-sim runs every communicator group smaller than all GPUs as a ring ({which} use other "
              "algorithms on some tier), while replay uses each tier's algorithm")
 PODS = "the job spans pods: replay times two network tiers, ASTRA-sim routes messages between pods over the third"
@@ -36,16 +37,18 @@ def _collectives_used(programs: Sequence[StageProgram]) -> set[tuple[str, str, s
     return {(n.phase, n.group, n.collective) for p in programs for n in p.nodes if n.type == COLL}
 
 
-def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, node_gpus: int, system: dict,
+def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, system: dict,
                     network_dims: int, network_model: str) -> list[str]:
     """The by-design differences from ``--backend replay`` that apply to this plan's written trace set."""
     used = _collectives_used(programs)
     notes = []
-    if any(phase == "dp" for phase, _, _ in used):
+    if any(phase in ("dp", "zero3") for phase, _, _ in used):
         notes.append(DP_STREAM)
-    shared = {members_per_node(all_groups(plan, group), node_gpus) for phase, group, _ in used if phase == "zero3"}
-    if any(n > 1 for n in shared):
-        notes.append(ZERO3_IN_NODE.format(n=max(shared)))
+    if plan.tp_overlap and any(n.overlap for p in programs for n in p.nodes if n.type == COLL):
+        notes.append(TP_OVERLAP)
+    spanning = sorted({group.split("@")[0] for _, group, _ in used if "@" in group})
+    if spanning:
+        notes.append(SPANNING.format(kinds=", ".join(spanning)))
     kinds = {collective.replace("_", "-") for _, _, collective in used}
     multi = sorted(k for k in kinds if len(system.get(f"{k}-implementation", [])) > 1
                    and set(system[f"{k}-implementation"]) != {"ring"})

@@ -72,19 +72,21 @@ def test_output_names_the_by_design_differences(capsys, stand_in):
     est = json.loads(out.out)
     assert est["details"]["known_exit_fault"] is False and est["details"]["network"] == "unaware"
     notes = est["details"]["notes"]
-    assert len(notes) == 1 and notes[0].startswith("DP gradient collectives share ASTRA-sim's one communication slot")
+    assert len(notes) == 2 and notes[0].startswith("data-parallel collectives (gradient buckets")
+    assert notes[1].startswith("TP communication overlapped with GEMMs (tp_overlap=on)")
     text = main(["simulate", "--model", "llama3-8b", "--set", "layers=4", "--set", "seq=1024", "--plan",
                  "tp=2 pp=2 mbs=1 gbs=8", "--gpus", "8", "--backend", "astra-sim", "--astra-sim", str(stand_in)])
     printed = capsys.readouterr().out
-    assert text == 0 and "note: DP gradient collectives share ASTRA-sim's one communication slot" in printed
+    assert text == 0 and "note: data-parallel collectives (gradient buckets" in printed
 
 
 def test_astra_sim_and_shared_slot_replay_agree_through_the_cli(capsys, stand_in):
     """The stand-in is stageopt's cycle-exact ASTRA-sim replay, so this checks the CLI path end to end."""
     _, out = simulate(capsys, "--backend", "astra-sim", "--astra-sim", str(stand_in))
     astra = json.loads(out.out)["iteration_time_s"]
-    _, out = simulate(capsys, "--backend", "replay", "--dp-stream", "shared")
-    assert astra == pytest.approx(json.loads(out.out)["iteration_time_s"], rel=0.002)
+    main(["simulate", "--model", "llama3-8b", "--set", "layers=4", "--set", "seq=1024", "--plan",
+          "tp=2 pp=2 mbs=1 gbs=8 tp_overlap=off", "--gpus", "8", "--json", "--backend", "replay", "--dp-stream", "shared"])
+    assert astra == pytest.approx(json.loads(capsys.readouterr().out)["iteration_time_s"], rel=0.002)
 
 
 def test_congestion_aware_binary_is_found_beside_and_refuses_2d_networks(capsys, stand_in, tmp_path, monkeypatch):
