@@ -341,7 +341,7 @@ def _peak_rss_mb_of_run(tmp_path: Path, body: str) -> tuple[float, str]:
               "except Exception as err:\n    print(type(err).__name__, err)\n"
               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
     out = subprocess.run([sys.executable, "-c", script, str(exe), str(tmp_path / "inputs")], capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=900)
     lines = out.stdout.strip().splitlines()
     return float(lines[-1]), "\n".join(lines[:-1])
 
