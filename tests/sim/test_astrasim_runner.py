@@ -334,12 +334,13 @@ def _peak_rss_mb_of_run(tmp_path: Path, body: str) -> tuple[float, str]:
     import sys
 
     exe = _fake(tmp_path, body)
-    script = ("import resource, sys\nfrom stageopt.astrasim.runner import run_astra_sim\n"
+    # VmHWM, not ru_maxrss: the latter keeps the forking parent's (pytest's) peak across exec
+    script = ("import sys\nfrom stageopt.astrasim.runner import run_astra_sim\n"
               "from pathlib import Path\nd = Path(sys.argv[2])\ntry:\n"
               "    run_astra_sim(binary=sys.argv[1], workload=d / 'workload', system=d / 'system.json', "
               "network=d / 'network.yml', memory=d / 'memory.json', comm_groups=d / 'groups.json')\n"
               "except Exception as err:\n    print(type(err).__name__, err)\n"
-              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+              "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')) / 1024)\n")
     out = subprocess.run([sys.executable, "-c", script, str(exe), str(tmp_path / "inputs")], capture_output=True,
                          text=True, timeout=900)
     lines = out.stdout.strip().splitlines()
