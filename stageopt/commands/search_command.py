@@ -30,8 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=int, default=500, help="unique simulations to run (default 500)")
     p.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="default tpe (multivariate)")
     p.add_argument("--objectives", help="comma list of time, throughput, cost, mfu (default: the space's)")
-    p.add_argument("--backend", help="analytical | replay | astra-sim | package.module:SimulatorClass "
-                                     "(default: the space's)")
+    p.add_argument("--backend", help="analytical | replay | astra-sim | astra-sim-aware (congestion-aware binary, "
+                                     "1-D networks) | package.module:SimulatorClass (default: the space's)")
     p.add_argument("--screen", choices=("analytical",),
                    help="rank the space with the analytical model and simulate the most promising plans first")
     p.add_argument("--screen-top", type=int, help="plans to take from the screen first (default budget/2)")

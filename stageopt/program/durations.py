@@ -45,7 +45,7 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
     for (collective, group, size), members in by_kind.items():
         idx = np.array([n.id for n in members])
         sizes = np.array([n.comm_size for n in members], dtype=float) * (size if collective == "all_gather" else 1)
-        buckets = np.array([_buckets(n, s, plan) for n, s in zip(members, sizes)])
+        buckets = np.array([collective_buckets(n, s, plan) for n, s in zip(members, sizes)])
         out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group))
     if plan.tp_overlap:
         for n in nodes:
@@ -60,11 +60,13 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
     return out
 
 
-def _buckets(node, size: float, plan) -> float:
+def collective_buckets(node, size: float, plan) -> float:
     """How many collectives the stack issues for one data-parallel node (each pays the latency).
 
     Gradient syncs go in buckets of ``grad_bucket_params``; ZeRO-3 gathers and
     scatters in buckets of ``zero3_bucket_params`` (None: the node's block at once).
+    ``size`` is the whole buffer (an all-gather's output). The trace writer
+    issues the same number of collectives (:mod:`stageopt.program.tier_split`).
     """
     stack = plan.framework
     bucket = {"dp": stack.grad_bucket(plan.dp * plan.cp), "zero3": stack.zero3_bucket_params}.get(node.phase)

@@ -26,7 +26,7 @@ PLAN_DEFAULTS: dict[str, Value] = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1,
 HW_DIMS = ("hardware", "node_gpus", "scaleout_gbps", "hbm_gib")
 HW_SET_KEYS = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib"}
 OBJECTIVES = ("time", "throughput", "cost", "mfu")
-BACKENDS = ("analytical", "replay", "astra-sim")
+BACKENDS = ("analytical", "replay", "astra-sim", "astra-sim-aware")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

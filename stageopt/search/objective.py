@@ -68,6 +68,9 @@ class Outcome:
         return {"valid": 0.0, "memory_gib": float(self.record["peak_memory_gib"]) - float(self.record["hbm_gib"])}
 
 
+SIMULATOR_FLAGS = ("known_exit_fault", "notes")  # what a backend says about its own result (ASTRA-sim)
+
+
 def base_record(cand: Candidate | None, key: str) -> dict[str, Any]:
     rec: dict[str, Any] = {"key": key}
     if cand is not None:
@@ -86,6 +89,7 @@ def estimate_outcome(cand: Candidate, est: Estimate, hbm_gib: float, usd_per_gpu
         hbm_gib=hbm_gib, usd_per_gpu_hour=usd_per_gpu_hour,
         usd_per_mtok=cand.gpus * usd_per_gpu_hour / 3600.0 / tokens_per_s * 1e6,
         memory_breakdown_gib=dict(est.memory_breakdown_gib), time_breakdown_s=dict(est.time_breakdown_s))
+    record.update({k: est.details[k] for k in SIMULATOR_FLAGS if k in est.details})
     return Outcome(OK if est.peak_memory_gib <= hbm_gib else OOM, record)
 
 

@@ -20,20 +20,22 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     """Exposed data-parallel reduction and the optimizer step of one stage."""
     dense, expert = stage_params(cost, comp, c)
     edp = c["dp"] / c["ep"]
-    groups = ((dense, c["dp"] * c["cp"]), (expert, edp * c["cp"]))
+    expert_stride = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])  # with cp = 1 expert-grad groups step over ep
+    groups = ((dense, c["dp"] * c["cp"], c["tp"]), (expert, edp * c["cp"], expert_stride))
     g_bytes, w_bytes = proto.grad_bytes, proto.dtype_bytes
     zero = c["zero"]
     layers = sum(n for k, n in comp.items() if k in ("dense", "moe", "embedding", "head"))
     layers = np.maximum(layers, 1)
     stack = proto.framework
 
-    def sync(kind, params, n, per_param_bytes, bucket, per_block=False):
-        return bucketed_time(hw, kind, params, per_param_bytes, n, c["tp"], bucket, layers if per_block else 1)
+    def sync(kind, params, n, stride, per_param_bytes, bucket, per_block=False):
+        return bucketed_time(hw, kind, params, per_param_bytes, n, stride, bucket, layers if per_block else 1)
 
     bucket = stack.grad_bucket(c["dp"] * c["cp"])
-    grad_t = sum(np.where(zero == 0, sync("all_reduce", p, n, g_bytes, bucket), sync("reduce_scatter", p, n, g_bytes,
-                                                                                    bucket)) for p, n in groups)
-    gather_t = sum(np.where((zero >= 1) & (zero <= 2), sync("all_gather", p, n, w_bytes, bucket), 0) for p, n in groups)
+    grad_t = sum(np.where(zero == 0, sync("all_reduce", p, n, s, g_bytes, bucket),
+                          sync("reduce_scatter", p, n, s, g_bytes, bucket)) for p, n, s in groups)
+    gather_t = sum(np.where((zero >= 1) & (zero <= 2), sync("all_gather", p, n, s, w_bytes, bucket), 0)
+                   for p, n, s in groups)
     bwd_one = sum(n * cost[k]["bwd"] for k, n in comp.items() if k in cost)
     fwd_one = sum(n * cost[k]["fwd"] for k, n in comp.items() if k in cost)
     overlap = c["dp_overlap"]
@@ -41,8 +43,8 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     exposed = exposed + np.where(overlap, np.maximum(gather_t / layers, gather_t - fwd_one), gather_t)
     dp_time = np.where(zero >= 3, 0.0, exposed)
     bucket = stack.zero3_bucket_params
-    gathers = sum(sync("all_gather", p, n, w_bytes, bucket, per_block=True) for p, n in groups)
-    scatters = sum(sync("reduce_scatter", p, n, g_bytes, bucket, per_block=True) for p, n in groups)
+    gathers = sum(sync("all_gather", p, n, s, w_bytes, bucket, per_block=True) for p, n, s in groups)
+    scatters = sum(sync("reduce_scatter", p, n, s, g_bytes, bucket, per_block=True) for p, n, s in groups)
     zero3_mb = np.where(zero >= 3, 2 * gathers + scatters, 0.0)
     zero3_first = np.where(zero >= 3, gathers / layers, 0.0)
     shard = np.where(zero >= 1, 1.0, 0.0)

@@ -95,7 +95,8 @@ def _measure(intervals: list[tuple[float, float]]) -> float:
 class _Replay:
     """Mutable state of one replay: ready queues, busy slots, pending messages, busy spans."""
 
-    def __init__(self, programs: list[StageProgram], durations: list[np.ndarray]) -> None:
+    def __init__(self, programs: list[StageProgram], durations: list[np.ndarray],
+                 background: tuple[str, ...] = BACKGROUND_PHASES) -> None:
         self.p = len(programs)
         self.nodes = [prog.nodes for prog in programs]
         self.durations = durations
@@ -108,7 +109,7 @@ class _Replay:
                 for d in (*n.data_deps, *n.ctrl_deps):
                     kids[d].append(n.id)
             self.children.append(kids)
-        self.slot_of = [[0 if n.type == COMP else (2 if n.phase in BACKGROUND_PHASES else 1) for n in ns]
+        self.slot_of = [[0 if n.type == COMP else (2 if n.phase in background else 1) for n in ns]
                         for ns in self.nodes]
         self.ready: list[tuple[list[int], ...]] = [([], [], []) for _ in range(self.p)]
         self.busy = [[False, False, False] for _ in range(self.p)]
@@ -192,8 +193,13 @@ class _Replay:
                            idle_s=max(self.finish[s] - _measure(covered), 0.0))
 
 
-def replay_stages(programs: list[StageProgram], durations: list[np.ndarray]) -> list[StageTiming]:
-    """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds."""
-    replay = _Replay(programs, durations)
+def replay_stages(programs: list[StageProgram], durations: list[np.ndarray],
+                  background: tuple[str, ...] = BACKGROUND_PHASES) -> list[StageTiming]:
+    """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds.
+
+    ``background``: phases whose collectives get the second communication
+    slot; ``()`` is ASTRA-sim's one-slot rule.
+    """
+    replay = _Replay(programs, durations, background)
     replay.run()
     return [replay.timing(s) for s in range(replay.p)]
