@@ -56,6 +56,10 @@ def load_model(source: str, overrides: list[str] | tuple[str, ...] = ()) -> Mode
 
 
 def spec_from_dict(fields: dict[str, Any], origin: str = "model") -> ModelSpec:
+    odd = [k for k in fields if not isinstance(k, str)]
+    if odd:
+        raise ConfigError(f"{origin}: model field names must be text, got {shorten(odd[0])}; "
+                          f"write 'name: value' lines")
     unknown = sorted(set(fields) - set(_FIELDS))
     if unknown:
         key = unknown[0]

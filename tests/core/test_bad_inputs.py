@@ -158,3 +158,11 @@ def test_model_file_encoding(capsys, tmp_path, encode, words):
     assert code == 2 and len(err.splitlines()) == 1
     for word in words:
         assert word in err, (word, err)
+
+
+def test_yaml_with_a_null_key_is_one_line(capsys, tmp_path):
+    """A lone '?' is a YAML mapping whose key is null (found by the Hypothesis attack suite)."""
+    bad = tmp_path / "q.yaml"
+    bad.write_text("?")
+    code, err = run_cli(capsys, ["inspect", "--model", str(bad), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and len(err.splitlines()) == 1 and "field names must be text" in err
