@@ -205,6 +205,11 @@ def tell_unevaluated(study: optuna.Study, trial: optuna.trial.Trial, reason: str
 
 
 def _write(trial: optuna.trial.Trial, attrs: Mapping[str, Any], constraints: Mapping[str, float]) -> None:
+    """Attributes and constraints of a running trial: in one transaction where the storage can (databases)."""
+    backend = getattr(trial.storage, "_backend", trial.storage)  # under Optuna's cache of an RDB storage
+    if hasattr(backend, "set_trial_attrs"):
+        backend.set_trial_attrs(trial._trial_id, attrs, {f"constraints:{k}": float(v) for k, v in constraints.items()})
+        return
     for name, value in attrs.items():
         trial.set_user_attr(name, value)
     for name, value in constraints.items():

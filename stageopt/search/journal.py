@@ -22,6 +22,7 @@ Damage is repaired, never fatal:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -138,19 +139,22 @@ class StudyJournal(JournalFileBackend):
         finally:
             os.close(fd)
 
-    def drop_cut_tail(self) -> None:
-        """Drop a last line cut mid-write, under the lock (a later append would do it too, silently)."""
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the journal lock: no worker appends meanwhile, so the file can be checked and repaired."""
         self._lock.acquire()
         try:
-            fd = os.open(self.path, os.O_RDWR)
-            try:
-                _drop_cut_tail(fd)
-            finally:
-                os.close(fd)
-        except OSError as err:
-            raise JournalError(os_error_line(self.path, err, "repair the journal's last line")) from None
+            yield
         finally:
             self._lock.release()
+
+    def truncate(self, size: int) -> None:
+        """Cut the file to ``size`` bytes (with the lock held) and forget read offsets past it."""
+        try:
+            os.truncate(self.path, size)
+        except OSError as err:
+            raise JournalError(os_error_line(self.path, err, "repair the journal")) from None
+        self._log_number_offset = {n: off for n, off in self._log_number_offset.items() if off <= size}
 
     def sync(self) -> None:
         """Flush the journal to disk (once per batch of told trials)."""
@@ -232,39 +236,44 @@ def _record_problem(line: bytes, replay: JournalStorageReplayResult) -> str:
     return ""
 
 
-def ends_mid_line(path: str) -> bool:
-    """The file's last byte is not a newline: its last record was cut by a crash or a full disk."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() == 0:
-            return False
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) != b"\n"
+def tail_state(path: str, end: int | None, *, locked: bool) -> str:
+    """What follows the last record a replay consumed (byte ``end``): "" nothing, "cut" half a record, "bad".
 
-
-def count_records(path: str) -> int:
-    """Complete lines in the file (what a healthy journal's replay reads)."""
-    n = 0
+    With the lock held no one is writing, so any complete line Optuna did not
+    consume is bad; without it (a read-only ``report``) complete lines may be
+    records that a live worker appended meanwhile, and only unparsable ones are bad.
+    """
+    if end is None:
+        return "bad"
     with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            n += block.count(b"\n")
-    return n
+        f.seek(end)
+        rest = f.read()
+    if not rest:
+        return ""
+    *complete, last = rest.split(b"\n")
+    if locked and complete:
+        return "bad"
+    for line in complete:
+        try:
+            log = json.loads(line)
+        except ValueError:
+            return "bad"
+        if not isinstance(log, dict) or log.get("op_code") not in _KNOWN_OPS:
+            return "bad"
+    return "cut" if last else ""
 
 
 def repair_journal(backend: StudyJournal, scan: JournalScan) -> str:
-    """Move the records after the good prefix aside and truncate (under the journal lock); return the warning."""
+    """Move the records after the good prefix aside and truncate (call with the lock held); return the warning."""
     path = backend.path
     aside = f"{path}.dropped-{time.strftime('%Y%m%d-%H%M%S')}"
-    backend._lock.acquire()
     try:
         with open(path, "rb") as src, open(aside, "wb") as dst:
             src.seek(scan.good_end)
             shutil.copyfileobj(src, dst)
-        os.truncate(path, scan.good_end)
     except OSError as err:
         raise JournalError(os_error_line(path, err, "repair the journal")) from None
-    finally:
-        backend._lock.release()
+    backend.truncate(scan.good_end)
     return (f"{path}: record {scan.good_records + 1} is {scan.problem}; kept the {scan.good_records:,} records "
             f"before it, dropped {scan.dropped:,} (moved to {aside})")
 

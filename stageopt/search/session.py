@@ -149,7 +149,9 @@ def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | Non
         loop = SearchLoop(study=study, space=space, objectives=objectives, catalog=catalog, cache=cache,
                           census=census, config=config, executor=executor, sync=store.sync, heartbeat=heartbeat,
                           synchronous=opts.seed is not None or executor is None, progress=progress)
-        stats = loop.run()
+        with warnings.catch_warnings():  # Optuna's note that heartbeats are meant for Study.optimize
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+            stats = loop.run()
     return SearchResult(study=study, space=space, objectives=objectives, backend=backend, run_dir=setup.run_dir,
                         stats=stats, loop=loop, census=census, meta=meta, storage=store)
 

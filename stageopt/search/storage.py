@@ -21,7 +21,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
@@ -39,11 +39,10 @@ from stageopt.search.journal import (
     JournalError,
     PrefixJournal,
     StudyJournal,
-    count_records,
-    ends_mid_line,
     os_error_line,
     repair_journal,
     scan_journal,
+    tail_state,
 )
 from stageopt.search.workers import GRACE_S, HEARTBEAT_ATTR, HEARTBEAT_INTERVAL_S, STALE_CHECK_EVERY_S, stale_trial_ids
 
@@ -114,6 +113,24 @@ class RDBStudyStorage(_StaleCheckMixin, RDBStorage):
             return sorted(by_heartbeat | set(others))
 
         return self._rate_limited(study_id, find)
+
+    def set_trial_attrs(self, trial_id: int, user: Mapping[str, Any], system: Mapping[str, Any]) -> None:
+        """Many attributes of one running trial in one transaction (Optuna writes one per transaction)."""
+        import json
+
+        import sqlalchemy
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(self.scoped_session, True) as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
+            self.check_trial_is_updatable(trial_id, trial.state)
+            for model, attrs in ((models.TrialUserAttributeModel, user), (models.TrialSystemAttributeModel, system)):
+                if not attrs:
+                    continue
+                session.execute(sqlalchemy.delete(model).where(model.trial_id == trial_id, model.key.in_(list(attrs))))
+                session.execute(sqlalchemy.insert(model), [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                                                           for k, v in attrs.items()])
 
     def _beating_trial_ids(self, trial_ids: list[int]) -> set[int]:
         if not trial_ids:
@@ -196,34 +213,63 @@ def open_storage(url: str | None, run_dir: Path, *, write: bool = True) -> Study
     return _open_rdb(url)
 
 
-def _open_journal(path: str, write: bool) -> StudyStorage:
-    if not write and not Path(path).is_file():
-        raise ConfigError(f"{path}: no journal here; give a runs/<study> folder or --storage URL")
-    backend = StudyJournal(path) if write else JournalFileBackend(path, lock_obj=_ReadOnlyLock())
-    notes = []
-    if ends_mid_line(path):
-        if write:
-            backend.drop_cut_tail()  # type: ignore[union-attr]
-        notes.append(f"{path}: the last record was cut mid-line (crash or full disk); "
-                     f"{'dropped' if write else 'skipped'} it (1 record)")
-        print(f"stageopt: warning: {notes[-1]}", file=sys.stderr)
+def _replay(backend: Any) -> tuple[JournalStudyStorage | None, int | None]:
+    """Replay the journal with Optuna; the storage and the byte offset it read up to (None: it could not)."""
     try:
         storage = JournalStudyStorage(backend)
-        if storage._replay_result.log_number_read == count_records(path):
-            lock = FlockLock(path + ".claim") if write else contextlib.nullcontext()
-            return StudyStorage(storage, path, backend if write else None, lock, notes)  # type: ignore[arg-type]
     except (ValueError, KeyError, AssertionError, TypeError, JournalError):
-        pass
-    scan = scan_journal(path)
-    if write:
-        assert isinstance(backend, StudyJournal)
-        note = repair_journal(backend, scan)
-        storage = JournalStudyStorage(StudyJournal(path))
+        return None, None
+    return storage, backend._log_number_offset.get(storage._replay_result.log_number_read)
+
+
+def _warn(notes: list[str]) -> list[str]:
+    for note in notes:
         print(f"stageopt: warning: {note}", file=sys.stderr)
-        return StudyStorage(storage, path, storage._backend, FlockLock(path + ".claim"), [note])
-    prefix = PrefixJournal(path, scan)
-    print(f"stageopt: warning: {prefix.note}", file=sys.stderr)
-    return StudyStorage(JournalStudyStorage(prefix), path, None, contextlib.nullcontext(), [prefix.note])
+    return notes
+
+
+def _cut_note(path: str, verb: str) -> str:
+    return f"{path}: the last record was cut mid-line (crash or full disk); {verb} it (1 record)"
+
+
+def _open_journal(path: str, write: bool) -> StudyStorage:
+    """Replay the journal; check and repair its tail with the lock held, so a live worker's append is never cut."""
+    if not write:
+        return _open_journal_read_only(path)
+    backend = StudyJournal(path)
+    storage, _ = _replay(backend)
+    notes = []
+    with backend.locked():
+        end = None
+        if storage is not None:
+            try:
+                storage._sync_with_backend()  # what was appended since, now that no one writes
+                end = backend._log_number_offset.get(storage._replay_result.log_number_read)
+            except JournalError:
+                end = None
+        state = tail_state(path, end, locked=True)
+        if state == "cut":
+            backend.truncate(end)  # type: ignore[arg-type]
+            notes.append(_cut_note(path, "dropped"))
+        elif state == "bad" or storage is None:
+            notes.append(repair_journal(backend, scan_journal(path)))
+            backend._log_number_offset = {0: 0}
+            storage = JournalStudyStorage(backend)
+    return StudyStorage(storage, path, backend, FlockLock(path + ".claim"), _warn(notes))
+
+
+def _open_journal_read_only(path: str) -> StudyStorage:
+    """For ``report``: never writes; a damaged journal is read up to its last good record."""
+    if not Path(path).is_file():
+        raise ConfigError(f"{path}: no journal here; give a runs/<study> folder or --storage URL")
+    backend = JournalFileBackend(path, lock_obj=_ReadOnlyLock())
+    storage, end = _replay(backend)
+    state = tail_state(path, end, locked=False) if storage is not None else "bad"
+    if state != "bad" and storage is not None:
+        notes = [_cut_note(path, "skipped")] if state == "cut" else []
+        return StudyStorage(storage, path, None, contextlib.nullcontext(), _warn(notes))
+    prefix = PrefixJournal(path, scan_journal(path))
+    return StudyStorage(JournalStudyStorage(prefix), path, None, contextlib.nullcontext(), _warn([prefix.note]))
 
 
 def postgres_url(url: str) -> str:
@@ -240,7 +286,8 @@ def postgres_url(url: str) -> str:
 def _open_rdb(url: str) -> StudyStorage:
     real = postgres_url(url)
     try:
-        storage = RDBStudyStorage(real, engine_kwargs=_engine_kwargs(real))
+        with _schema_lock(real):  # two workers on a fresh database would both create Optuna's tables
+            storage = RDBStudyStorage(real, engine_kwargs=_engine_kwargs(real))
     except ImportError as err:
         raise ConfigError(f"--storage {url!r}: database driver missing ({err}); for PostgreSQL "
                           "pip install 'stageopt[postgres]'") from None
@@ -255,6 +302,22 @@ def _open_rdb(url: str) -> StudyStorage:
     else:
         lock = contextlib.nullcontext()  # other databases: claims are written but not locked (see README)
     return StudyStorage(storage, url, None, lock)
+
+
+@contextlib.contextmanager
+def _schema_lock(url: str) -> Iterator[None]:
+    """On PostgreSQL, hold an advisory lock while Optuna creates or checks its tables."""
+    if not url.startswith("postgresql"):
+        yield
+        return
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+    try:
+        with _AdvisoryLock(engine, "schema"):
+            yield
+    finally:
+        engine.dispose()
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
