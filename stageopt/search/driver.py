@@ -188,8 +188,8 @@ class SearchLoop:
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
         trial = self.study.ask()  # also fails other workers' stale trials (Optuna's heartbeat check)
-        claim_owner(self.study, trial)
         if self.heartbeat is not None:
+            claim_owner(self.study, trial, self.heartbeat.owner)
             self.heartbeat.add(trial._trial_id)
         return trial
 

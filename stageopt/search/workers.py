@@ -19,6 +19,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 
@@ -57,26 +58,31 @@ def _start_time(pid: int) -> str:
     return stat.rsplit(")", 1)[-1].split()[19] if stat else ""
 
 
-def this_owner() -> str:
+_ACTIVE_SESSIONS: set[str] = set()  # searches running in this process (a process may run one after another)
+
+
+def this_owner(session: str) -> str:
     pid = os.getpid()
-    return f"{machine_id()} {pid} {_start_time(pid)}"
+    return f"{machine_id()} {pid} {_start_time(pid) or '-'} {session}"
 
 
 def owner_alive(owner: str) -> bool | None:
     """True or False for an owner on this machine; None when it runs elsewhere (only its heartbeat can tell)."""
-    machine, _, rest = owner.rpartition(" ")
-    machine, _, pid_text = machine.rpartition(" ")
-    start = rest
+    head, _, session = owner.rpartition(" ")
+    head, _, start = head.rpartition(" ")
+    machine, _, pid_text = head.rpartition(" ")
     if machine != machine_id() or not pid_text.isdigit():
         return None
     pid = int(pid_text)
+    if pid == os.getpid():
+        return session in _ACTIVE_SESSIONS  # an earlier search of this process that ended (or failed) is dead
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # exists, owned by another user
-    return not start or _start_time(pid) in ("", start)
+    return start == "-" or _start_time(pid) in ("", start)
 
 
 def stale_trial_ids(trials: Iterable[FrozenTrial], heartbeats: Callable[[FrozenTrial], float | None],
@@ -102,9 +108,9 @@ def stale_trial_ids(trials: Iterable[FrozenTrial], heartbeats: Callable[[FrozenT
     return stale
 
 
-def claim_owner(study: optuna.Study, trial: optuna.trial.Trial) -> None:
+def claim_owner(study: optuna.Study, trial: optuna.trial.Trial, owner: str) -> None:
     """Record who runs ``trial`` (one storage write, right after it is asked)."""
-    study._storage.set_trial_system_attr(trial._trial_id, OWNER_ATTR, this_owner())
+    study._storage.set_trial_system_attr(trial._trial_id, OWNER_ATTR, owner)
 
 
 class HeartbeatKeeper:
@@ -116,6 +122,8 @@ class HeartbeatKeeper:
     """
 
     def __init__(self, storage: optuna.storages.BaseStorage, interval_s: float) -> None:
+        self.session = uuid.uuid4().hex[:12]
+        self.owner = this_owner(self.session)
         self._storage = storage
         self._interval = interval_s
         self._running: set[int] = set()
@@ -124,10 +132,12 @@ class HeartbeatKeeper:
         self._thread = threading.Thread(target=self._beat, name="stageopt-heartbeat", daemon=True)
 
     def __enter__(self) -> HeartbeatKeeper:
+        _ACTIVE_SESSIONS.add(self.session)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _ACTIVE_SESSIONS.discard(self.session)
         self._stop.set()
         self._thread.join(timeout=5)
 

@@ -61,7 +61,7 @@ def _simulated(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def _owner_pid(t: optuna.trial.FrozenTrial) -> str:
-    return t.system_attrs["stageopt:owner"].split()[-2]
+    return t.system_attrs["stageopt:owner"].split()[-3]
 
 
 def _wait_for_trials(runs: Path, storage: str | None, name: str, n: int, proc: subprocess.Popen) -> None:
