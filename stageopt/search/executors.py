@@ -200,7 +200,8 @@ def _start_ray(workers: int, address: str | None) -> Any:
     try:
         if address is None or address == "local":  # "local": RAY_ADDRESS in the environment must not redirect it
             ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.ERROR, configure_logging=True)
+                     logging_level=logging.ERROR, configure_logging=True,
+                     _node_ip_address="127.0.0.1")  # our own Ray listens on loopback only
         else:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     except Exception as err:  # noqa: BLE001 - Ray raises many types; the user needs one line

@@ -31,7 +31,8 @@ name, value = sys.argv[1], sys.argv[2].encode()
 sys.stdin.buffer.read()  # returns when the search's end of the pipe closes: it exited or was killed
 time.sleep(float(sys.argv[3]))
 needle = name.encode() + b"=" + value
-for _ in range(3):
+quiet, deadline = 0, time.monotonic() + 60
+while quiet < 3 and time.monotonic() < deadline:  # until three sweeps in a row find nothing (Ray respawns)
     found = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -43,8 +44,7 @@ for _ in range(3):
                     found += 1
         except OSError:
             pass
-    if not found:
-        break
+    quiet = 0 if found else quiet + 1
     time.sleep(0.5)
 """
 

@@ -100,3 +100,18 @@ def test_space_with_no_feasible_plan_says_why(tmp_path: Path, runs: Path) -> Non
     assert proc.returncode == 2
     assert "no plan fits 1 GiB: smallest needs" in proc.stderr and " GiB at tp=" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_gp_sampler_works_with_torch_or_is_refused_up_front(runs: Path) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        proc = run_cli("search", "--space", str(SMALL), "--runs-dir", str(runs), "--sampler", "gp")
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == ("stageopt: error: --sampler gp needs PyTorch: pip install 'stageopt[gp]' "
+                                       "(or use --sampler tpe)")
+        assert not runs.exists()  # nothing written: no half-made study
+        return
+    out = search_json("--space", str(SMALL), "--sampler", "gp", "--budget", "12", "--seed", "1", "--runs-dir",
+                      str(runs), "--study-name", "gp", timeout=300)
+    assert out["simulations"] == 12 and out["best"][0]["iteration_time_s"] > 0
