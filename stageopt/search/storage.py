@@ -210,7 +210,7 @@ def open_storage(url: str | None, run_dir: Path, *, write: bool = True) -> Study
     if "://" not in url:
         raise ConfigError(f"--storage {url!r} is not a URL; give e.g. postgresql://user@host/db, "
                           "sqlite:///study.db, or a journal file path ending in .log")
-    return _open_rdb(url)
+    return _open_rdb(url, create=write)
 
 
 def _replay(backend: Any) -> tuple[JournalStudyStorage | None, int | None]:
@@ -283,11 +283,11 @@ def postgres_url(url: str) -> str:
     raise ConfigError(f"--storage {url!r}: no PostgreSQL driver is installed; pip install 'stageopt[postgres]'")
 
 
-def _open_rdb(url: str) -> StudyStorage:
+def _open_rdb(url: str, create: bool = True) -> StudyStorage:
     real = postgres_url(url)
     try:
         with _schema_lock(real):  # two workers on a fresh database would both create Optuna's tables
-            storage = RDBStudyStorage(real, engine_kwargs=_engine_kwargs(real))
+            storage = RDBStudyStorage(real, engine_kwargs=_engine_kwargs(real), skip_table_creation=not create)
     except ImportError as err:
         raise ConfigError(f"--storage {url!r}: database driver missing ({err}); for PostgreSQL "
                           "pip install 'stageopt[postgres]'") from None
