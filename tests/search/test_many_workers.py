@@ -20,6 +20,10 @@ from conftest import HERE, REPO, SMALL
 from optuna.trial import TrialState
 from pg_server import throwaway_postgres
 
+from stageopt.search.candidate import HardwareCatalog
+from stageopt.search.census import take_census
+from stageopt.search.session import SearchOptions, run_search
+from stageopt.search.space import load_space
 from stageopt.search.storage import postgres_url
 
 
@@ -76,18 +80,22 @@ def _wait_for_trials(runs: Path, storage: str | None, name: str, n: int, proc: s
 
 
 def test_two_workers_on_one_journal_never_simulate_a_plan_twice(tmp_path: Path) -> None:
-    """Started together on the default space (3,501 plans), so that both are busy at once; one creates the study,
-    the other joins it."""
-    runs, name, budget = tmp_path / "runs", "two", 200
-    first, second = (_worker(runs, None, name, "--space", "default", "--join", "--budget", str(budget))
-                     for _ in range(2))
-    for p in (first, second):
-        _finish(p)
+    """A CLI worker on the default space (3,501 plans); once it is searching, a second worker joins from this
+    process (no start-up delay, so the two surely overlap)."""
+    runs, name, budget = tmp_path / "runs", "two", 300
+    space = load_space("default")
+    take_census(space, HardwareCatalog(space))  # compile the cost model here first, so the join is quick
+    first = _worker(runs, None, name, "--space", "default", "--join", "--budget", str(budget))
+    _wait_for_trials(runs, None, name, 3, first)
+    assert first.poll() is None, "the first worker finished before the second could join"
+    second = run_search(SearchOptions(budget=budget, runs_dir=str(runs), study_name=name, join=True))
+    _finish(first)
     study = _study(runs, None, name)
     keys = [t.user_attrs["key"] for t in _simulated(study)]
     assert len(keys) == len(set(keys)) == budget  # the budget is the study's; no plan simulated twice
     assert not study.get_trials(states=(TrialState.RUNNING,))
-    assert {_owner_pid(t) for t in _simulated(study)} == {str(first.pid), str(second.pid)}  # both simulated
+    assert {_owner_pid(t) for t in _simulated(study)} == {str(first.pid), str(os.getpid())}  # both simulated
+    assert second.stats.cached + second.stats.told > 0
 
 
 def test_postgresql_two_workers_kill_9_of_one_resume_and_report(postgres: str, tmp_path: Path) -> None:
