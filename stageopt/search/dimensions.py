@@ -33,50 +33,34 @@ BACKENDS = ("analytical", "replay", "astra-sim", "astra-sim-aware")
 class Dimension:
     """One searched choice and its allowed values, suggested the same way in every trial.
 
-    Integer choices that are consecutive powers of two are suggested as an integer
-    exponent (``log2_tp`` in 0..3 for tp in 1, 2, 4, 8) so TPE and GP see their
-    order; anything else is categorical.
+    Every dimension is an Optuna categorical under its own name with its real
+    values (``tp`` in 1, 2, 4, 8), so optuna-dashboard, ``trials_dataframe()`` and
+    ``best_params`` show the plan as users write it.
     """
 
     name: str
     values: tuple[Value, ...]
 
     @property
-    def log2(self) -> bool:
-        ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.values)
-        if not ints or len(self.values) < 2:
-            return False
-        exps = [int(v).bit_length() - 1 for v in self.values]  # type: ignore[arg-type]
-        return (all(1 << e == v for e, v in zip(exps, self.values))
-                and sorted(exps) == list(range(min(exps), max(exps) + 1)))
-
-    @property
     def param(self) -> str:
-        """The Optuna parameter name."""
-        return f"log2_{self.name}" if self.log2 else self.name
+        """The Optuna parameter name (the dimension's own)."""
+        return self.name
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
-        if self.log2:
-            exps = [int(v).bit_length() - 1 for v in self.values]  # type: ignore[arg-type]
-            return optuna.distributions.IntDistribution(min(exps), max(exps))
         return optuna.distributions.CategoricalDistribution(self.values)
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> Value:
-        if self.log2:
-            dist = self.distribution()
-            return 1 << trial.suggest_int(self.param, dist.low, dist.high)  # type: ignore[attr-defined]
         return trial.suggest_categorical(self.name, self.values)  # type: ignore[arg-type]
 
     def decode(self, params: Mapping[str, Any]) -> Value:
         """The value a stored trial's parameters chose."""
-        raw = params[self.param]
-        return 1 << int(raw) if self.log2 else raw
+        return params[self.name]
 
     def encode(self, value: Value) -> Any:
         """The stored parameter for ``value`` (used to enqueue known plans)."""
         if value not in self.values:
             raise ConfigError(f"{self.name}={value} is not in the space's values {list(self.values)}")
-        return int(value).bit_length() - 1 if self.log2 else value  # type: ignore[arg-type]
+        return value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

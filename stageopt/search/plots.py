@@ -18,7 +18,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from stageopt.search.cache import RESULT_ATTR
+from stageopt.search.cache import trial_outcome
 from stageopt.search.objective import OK, Objective, Outcome
 
 
@@ -32,8 +32,13 @@ class ReportFiles:
 
 
 def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if (t.user_attrs.get(RESULT_ATTR) or {}).get("status") == OK]
+    """COMPLETE trials holding a feasible result, one per plan (a 0.2 study may repeat plans)."""
+    seen: dict[str, optuna.trial.FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        outcome = trial_outcome(t)
+        if outcome is not None and outcome.status == OK:
+            seen.setdefault(outcome.key, t)
+    return list(seen.values())
 
 
 def write_plots(study: optuna.Study, run_dir: Path, objectives: tuple[Objective, ...], backend: str,
@@ -82,7 +87,7 @@ def _pareto(plt, trials: list[optuna.trial.FrozenTrial], objectives: tuple[Objec
     """Objective 1 vs 2 (or time vs peak memory for one objective), the non-dominated points highlighted."""
     from stageopt.search.census import pareto_ranks
 
-    recs = [t.user_attrs[RESULT_ATTR] for t in trials]
+    recs = [trial_outcome(t).record for t in trials]  # type: ignore[union-attr]
     if len(objectives) >= 2:
         x = np.array([t.values[0] for t in trials])
         y = np.array([t.values[1] for t in trials])

@@ -7,8 +7,10 @@ resume and caching rules as ``stageopt search``.
 
 from __future__ import annotations
 
+import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ from stageopt.errors import ConfigError
 from stageopt.inputs.schema import load_yaml_mapping
 from stageopt.parallel.plan import Plan
 from stageopt.search.backends import make_simulator
-from stageopt.search.cache import ResultCache
+from stageopt.search.cache import StudyCache
 from stageopt.search.candidate import HardwareCatalog, make_candidate
 from stageopt.search.census import Census, require_feasible, take_census
 from stageopt.search.driver import LoopConfig, LoopStats, SearchLoop
@@ -28,7 +30,8 @@ from stageopt.search.executors import RayExecutor
 from stageopt.search.objective import Objective, objectives_for
 from stageopt.search.samplers import make_sampler
 from stageopt.search.space import SearchSpace, check_objectives, encode_choices, resolve_space_path, space_from_dict
-from stageopt.search.storage import check_study_name, fail_running, make_storage, study_exists
+from stageopt.search.storage import StudyStorage, check_study_name, open_storage, study_exists
+from stageopt.search.workers import HEARTBEAT_INTERVAL_S, HeartbeatKeeper
 
 META_ATTR = "stageopt"
 
@@ -50,6 +53,7 @@ class SearchOptions:
     study_name: str | None = None
     runs_dir: str = "runs"
     resume: bool = False
+    join: bool = False  # create the study, or join it if another worker already did
     seed_plans: tuple[str, ...] = ()
     seed: int | None = None
     max_asks: int | None = None
@@ -67,40 +71,56 @@ class SearchResult:
     loop: SearchLoop
     census: Census | None
     meta: dict[str, Any] = field(default_factory=dict)
-    failed_on_resume: int = 0
+    storage: StudyStorage | None = None
+
+
+@dataclass
+class _Setup:
+    """What a search works on: the study's name, storage and (stored or new) space, objectives and backend."""
+
+    name: str
+    run_dir: Path
+    store: StudyStorage
+    exists: bool
+    meta: dict[str, Any]
+    space: SearchSpace
+    names: tuple[str, ...]
+    backend: str
+    new_meta: dict[str, Any]
+
+
+def _setup(opts: SearchOptions) -> _Setup:
+    data, source = _space_data(opts)
+    space = space_from_dict(data, where=source)
+    name = check_study_name(opts.study_name) if opts.study_name else _fresh_name(space.name, Path(opts.runs_dir))
+    run_dir = Path(opts.runs_dir) / name
+    store = open_storage(opts.storage, run_dir)
+    exists = study_exists(store.storage, name)
+    where = opts.storage or run_dir
+    if opts.resume and not exists:
+        raise ConfigError(f"--resume: no study {name!r} in {where}; check --study-name/--storage "
+                          "(or --join to create it if absent)")
+    if exists and not (opts.resume or opts.join):
+        raise ConfigError(f"study {name!r} already exists in {where}; add --resume to continue it (--join to "
+                          "work on it beside other workers) or choose another --study-name")
+    meta = _meta(store.storage, name, wait_s=10.0 if opts.join else 0.0) if exists else {}
+    if meta:
+        space, names, backend = _stored_setup(opts, meta, name, data)
+    else:
+        names, backend = tuple(opts.objectives or space.objectives), opts.backend or space.backend
+    check_objectives(names, "--objectives")
+    new_meta = {"space": data, "space_source": source, "objectives": list(names), "backend": backend,
+                "sampler": opts.sampler, "seed": opts.seed}
+    return _Setup(name, run_dir, store, exists, meta, space, names, backend, new_meta)
 
 
 def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | None = None) -> SearchResult:
-    """Open or resume the study, then search until the budget, the ask cap or the space is used up."""
+    """Open, resume or join the study, then search until the budget, the ask cap or the space is used up."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if opts.budget < 1:
-        raise ConfigError(f"--budget {opts.budget}: must be at least 1 (unique simulations)")
-    if opts.workers is not None and opts.workers < 1:
-        raise ConfigError(f"--workers {opts.workers}: must be at least 1")
-    runs_dir = Path(opts.runs_dir)
-    data, source = _space_data(opts)
-    space = space_from_dict(data, where=source)
-    name = check_study_name(opts.study_name) if opts.study_name else _fresh_name(space.name, runs_dir)
-    run_dir = runs_dir / name
-    storage, journal = make_storage(opts.storage, run_dir)
-    exists = study_exists(storage, name)
-    if opts.resume and not exists:
-        raise ConfigError(f"--resume: no study {name!r} in {opts.storage or run_dir}; check --study-name/--storage")
-    if exists and not opts.resume:
-        raise ConfigError(f"study {name!r} already exists in {opts.storage or run_dir}; add --resume to continue "
-                          "it or choose another --study-name")
-    meta = _meta(storage, name) if exists else {}
-    if meta:
-        space = space_from_dict(meta["space"], where=meta["space_source"])
-        if opts.space and _space_data(opts)[0] != meta["space"]:
-            raise ConfigError(f"--resume: --space {opts.space} differs from the space study {name!r} was started "
-                              "with; drop --space to continue with the stored one")
-    names = tuple(meta.get("objectives") or opts.objectives or space.objectives)
-    check_objectives(names, "--objectives")
-    if meta and opts.objectives and tuple(opts.objectives) != names:
-        raise ConfigError(f"--resume: study {name!r} optimizes {','.join(names)}; drop --objectives")
-    objectives = objectives_for(names)
-    backend = meta.get("backend") or opts.backend or space.backend
+    check_options(opts)
+    setup = _setup(opts)
+    space, backend, store = setup.space, setup.backend, setup.store
+    objectives = objectives_for(setup.names)
     simulator = make_simulator(backend, astra_sim=opts.astra_sim, timeout_s=opts.timeout_s)
     screen = opts.screen or (space.screen if simulator is not None else None)
     if screen and simulator is None:
@@ -109,26 +129,110 @@ def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | Non
     census = take_census(space, catalog, seed=opts.seed or 0)
     require_feasible(census, space)
     sampler = make_sampler(opts.sampler, space, opts.seed, len(objectives))
-    study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, load_if_exists=exists,
-                                directions=[o.direction for o in objectives])
-    if not exists:
-        meta = {"space": data, "space_source": source, "objectives": list(names), "backend": backend,
-                "sampler": opts.sampler, "seed": opts.seed, "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    address = _ray_address(opts)
+    workers = opts.workers or (None if address else os.cpu_count() or 1)
+    executor = (RayExecutor(simulator, space.model, workers=workers, address=address, timeout_s=opts.timeout_s)
+                if simulator is not None else None)  # before the study: a bad Ray address writes nothing
+    try:
+        study, meta, created = _prepare_study(store, setup.name, sampler, objectives, setup.exists, opts,
+                                              setup.meta, setup.new_meta)
+        cache = StudyCache(study, store.claim_lock)
+        _enqueue_known(study, opts, space, catalog, census if screen and created else None, objectives)
+    except BaseException:
+        if executor is not None:
+            executor.close()
+        raise
+    max_asks = opts.max_asks if opts.max_asks is not None else 20 * opts.budget + len(study.trials)
+    config = LoopConfig(budget=opts.budget, max_asks=max_asks, batch=opts.batch, backend=backend,
+                        refine=opts.sampler == "tpe")
+    with HeartbeatKeeper(store.storage, HEARTBEAT_INTERVAL_S) as heartbeat:
+        loop = SearchLoop(study=study, space=space, objectives=objectives, catalog=catalog, cache=cache,
+                          census=census, config=config, executor=executor, sync=store.sync, heartbeat=heartbeat,
+                          synchronous=opts.seed is not None or executor is None, progress=progress)
+        with warnings.catch_warnings():  # Optuna's note that heartbeats are meant for Study.optimize
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+            stats = loop.run()
+    return SearchResult(study=study, space=space, objectives=objectives, backend=backend, run_dir=setup.run_dir,
+                        stats=stats, loop=loop, census=census, meta=meta, storage=store)
+
+
+def check_options(opts: SearchOptions) -> None:
+    """One-line errors for numbers that cannot describe a search (before anything is written)."""
+    if opts.budget < 1:
+        raise ConfigError(f"--budget {opts.budget}: must be at least 1 (unique simulations)")
+    if opts.workers is not None and opts.workers < 1:
+        raise ConfigError(f"--workers {opts.workers}: must be at least 1")
+    if opts.batch < 1:
+        raise ConfigError(f"--batch {opts.batch}: must be at least 1 (candidates asked at once)")
+    if opts.max_asks is not None and opts.max_asks < 1:
+        raise ConfigError(f"--max-asks {opts.max_asks}: must be at least 1 (or leave it out: 20 x budget)")
+    if not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
+        raise ConfigError(f"--timeout {opts.timeout_s}: must be a positive number of seconds per simulation")
+    if opts.resume and opts.join:
+        raise ConfigError("--resume and --join: give one (--join also creates the study when it is absent)")
+    if opts.sampler == "gp":
+        try:
+            import torch  # noqa: F401  (Optuna's GPSampler needs it)
+        except ImportError:
+            raise ConfigError("--sampler gp needs PyTorch: pip install 'stageopt[gp]' (or use --sampler tpe)") from None
+
+
+def _ray_address(opts: SearchOptions) -> str | None:
+    """``--ray-address``, else ``RAY_ADDRESS`` (what ``ray job submit`` sets), else a local Ray of our own."""
+    return opts.ray_address or os.environ.get("RAY_ADDRESS") or None
+
+
+def _stored_setup(opts: SearchOptions, meta: dict[str, Any], name: str,
+                  data: dict[str, Any]) -> tuple[SearchSpace, tuple[str, ...], str]:
+    """Space, objectives and backend of an existing study; a conflicting flag is an error, not a silent switch."""
+    space = space_from_dict(meta["space"], where=meta["space_source"])
+    if opts.space and data != meta["space"]:
+        raise ConfigError(f"--resume: --space {opts.space} differs from the space study {name!r} was started "
+                          "with; drop --space to continue with the stored one")
+    names = tuple(meta["objectives"])
+    if opts.objectives and tuple(opts.objectives) != names:
+        raise ConfigError(f"--resume: study {name!r} optimizes {','.join(names)}; drop --objectives")
+    return space, names, meta["backend"]
+
+
+def _prepare_study(store: StudyStorage, name: str, sampler: optuna.samplers.BaseSampler,
+                   objectives: tuple[Objective, ...], exists: bool, opts: SearchOptions, meta: dict[str, Any],
+                   new_meta: dict[str, Any]) -> tuple[optuna.Study, dict[str, Any], bool]:
+    """Open the study; a new one gets its setup and objective names; then fail dead workers' trials."""
+    study, created = _open_study(store, name, sampler, objectives, exists, opts)
+    if created:
+        meta = {**new_meta, "created": time.strftime("%Y-%m-%d %H:%M:%S")}
         study.set_user_attr(META_ATTR, meta)
-    failed = fail_running(study, storage) if exists else 0
-    cache = ResultCache.from_trials(study.get_trials(deepcopy=False))
-    _enqueue_known(study, opts, space, catalog, census if screen and not exists else None, objectives)
-    workers = opts.workers or (os.cpu_count() or 1)
-    executor = (RayExecutor(simulator, space.model, workers=workers, address=opts.ray_address,
-                            timeout_s=opts.timeout_s) if simulator is not None else None)
-    config = LoopConfig(budget=opts.budget, max_asks=opts.max_asks or 20 * opts.budget + len(study.trials),
-                        batch=opts.batch, backend=backend, refine=opts.sampler == "tpe")
-    loop = SearchLoop(study=study, space=space, objectives=objectives, catalog=catalog, cache=cache, census=census,
-                      config=config, executor=executor, journal=journal,
-                      synchronous=opts.seed is not None or executor is None, progress=progress)
-    stats = loop.run()
-    return SearchResult(study=study, space=space, objectives=objectives, backend=backend, run_dir=run_dir,
-                        stats=stats, loop=loop, census=census, meta=meta, failed_on_resume=failed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.label for o in objectives])
+    elif not exists:  # lost the race to create it: join only what was asked for
+        meta = _meta(store.storage, name, wait_s=10.0)
+        _stored_setup(opts, meta, name, new_meta["space"])
+    _fail_stale(study)
+    return study, meta, created
+
+
+def _open_study(store: StudyStorage, name: str, sampler: optuna.samplers.BaseSampler,
+                objectives: tuple[Objective, ...], exists: bool, opts: SearchOptions) -> tuple[optuna.Study, bool]:
+    """Create the study, or load it; two workers creating one name at once: the loser joins or is told why."""
+    directions = [o.direction for o in objectives]
+    if not exists:
+        try:
+            return optuna.create_study(storage=store.storage, study_name=name, sampler=sampler,
+                                       directions=directions), True
+        except optuna.exceptions.DuplicatedStudyError:
+            if not opts.join:
+                raise ConfigError(f"study {name!r} was just created by another search; add --join (or --resume) "
+                                  "to work on it beside that one") from None
+    return optuna.load_study(study_name=name, storage=store.storage, sampler=sampler), False
+
+
+def _fail_stale(study: optuna.Study) -> None:
+    """Fail trials of workers that died (Optuna's stale-trial recovery; live workers' trials are kept)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
 
 
 def _enqueue_known(study: optuna.Study, opts: SearchOptions, space: SearchSpace, catalog: HardwareCatalog,
@@ -147,9 +251,14 @@ def _space_data(opts: SearchOptions) -> tuple[dict[str, Any], str]:
     return dict(load_yaml_mapping(path)), str(path)
 
 
-def _meta(storage: optuna.storages.BaseStorage, name: str) -> dict[str, Any]:
+def _meta(storage: optuna.storages.BaseStorage, name: str, wait_s: float = 0.0) -> dict[str, Any]:
+    """The setup the study was created with (a worker that just lost the race to create it waits for it)."""
     study_id = storage.get_study_id_from_name(name)
+    deadline = time.monotonic() + wait_s
     meta = storage.get_study_user_attrs(study_id).get(META_ATTR)
+    while meta is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        meta = storage.get_study_user_attrs(study_id).get(META_ATTR)
     if not isinstance(meta, dict) or "space" not in meta:
         raise ConfigError(f"study {name!r} was not created by 'stageopt search' (no stored space); "
                           "use another --study-name")

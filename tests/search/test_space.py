@@ -24,11 +24,10 @@ def test_required_spaces_ship() -> None:
     assert {"default", "llama3-405b-cp", "mixtral-ep", "codesign", "astra-sim"} <= set(list_spaces())
 
 
-def test_power_of_two_dimensions_are_log2_exponents() -> None:
+def test_dimensions_are_optuna_parameters_with_real_names_and_values() -> None:
     d = Dimension(name="tp", values=(1, 2, 4, 8))
-    assert d.param == "log2_tp" and (d.distribution().low, d.distribution().high) == (0, 3)
-    assert d.decode({"log2_tp": 2}) == 4 and d.encode(8) == 3
-    assert Dimension(name="pp", values=(1, 3, 5)).param == "pp"  # not powers of two: categorical
+    assert d.param == "tp" and d.distribution().choices == (1, 2, 4, 8)
+    assert d.decode({"tp": 4}) == 4 and d.encode(8) == 8
 
 
 def _small() -> dict:
