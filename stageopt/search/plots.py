@@ -172,8 +172,10 @@ def _html(study: optuna.Study, run_dir: Path, trials: list[optuna.trial.FrozenTr
     feas = _feasible_study(study.study_name, trials, objectives)
     names = [o.label for o in objectives]
     target = (lambda t: t.values[0]) if len(objectives) > 1 else None
-    figs = {"history": vis.plot_optimization_history(feas, target=target, target_name=names[0]),
-            "importance": vis.plot_param_importances(feas, target=lambda t: t.values[0], target_name=names[0])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the importance evaluator's note that it ranks for low values
+        figs = {"history": vis.plot_optimization_history(feas, target=target, target_name=names[0]),
+                "importance": vis.plot_param_importances(feas, target=lambda t: t.values[0], target_name=names[0])}
     if len(objectives) > 1:
         figs["pareto"] = vis.plot_pareto_front(feas, target_names=names)
     for name, fig in figs.items():
