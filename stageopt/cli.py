@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 
+from stageopt import __version__
 from stageopt.errors import StageoptError
 
 COMMANDS = [
@@ -22,6 +25,8 @@ COMMANDS = [
     "generate",
     "search",
     "report",
+    "export",
+    "serve",
 ]
 
 
@@ -35,6 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="stageopt", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"stageopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
@@ -43,10 +49,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _NoteHandler(logging.Handler):
+    """Prints what the library logs on the ``stageopt`` logger (assumptions it made) as ``stageopt: note: ...``.
+
+    Resolves ``sys.stderr`` at each record, so redirected or captured streams get the note.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"stageopt: note: {record.getMessage()}", file=sys.stderr)
+
+
+def _show_notes() -> None:
+    log = logging.getLogger("stageopt")
+    if not any(isinstance(h, _NoteHandler) for h in log.handlers):
+        log.addHandler(_NoteHandler(logging.INFO))
+    log.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    _show_notes()
     try:
+        args = build_parser().parse_args(argv)
         return int(args.run(args) or 0)
     except StageoptError as err:
         print(f"stageopt: error: {err}", file=sys.stderr)
@@ -54,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stageopt: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (stageopt ... | head): stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ import pickle
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
-from stageopt.astrasim.config_writer import astra_sim_configs, network_dims, write_astra_sim_configs
+from stageopt.astrasim.config_writer import REDUCTION_FREE_MEM_BW, astra_sim_configs, network_dims, write_astra_sim_configs
 from stageopt.errors import ConfigError
 from stageopt.hardware import (
     PRESETS_DIR,
@@ -22,7 +23,8 @@ from stageopt.hardware import (
     load_hardware,
 )
 from stageopt.hardware.collectives import CollectiveAlgorithms, alpha_beta_terms, collective_time_s
-from stageopt.hardware.efficiency import KernelEfficiency
+from stageopt.hardware.efficiency import gemm_padded_flops
+from stageopt.hardware.kernels import Kernels, kernel_seconds
 
 REF_CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "astra-sim" / "configs"
 needs_reference = pytest.mark.skipif(not REF_CONFIGS.is_dir(), reason="../shared reference not present")
@@ -139,10 +141,10 @@ def _h100_text() -> str:
         (lambda t: t.replace("hbm_gbps: 3350", "hbm_gbps: 3.35e3"), r"gpu.hbm_gbps = '3.35e3' is not a number.*1.0e3"),
         (lambda t: t.replace("gpus: 8", "gpus: 8.5"), r"node.gpus = 8.5 is not an integer"),
         (lambda t: t.replace("topology: switch", "topology: torus"), r"node.topology = 'torus' must be one of"),
-        (lambda t: t.replace("all_to_all: direct}\nscaleout", "all_to_all: tree}\nscaleout"),
+        (lambda t: t.replace("all_to_all: direct}\n  efficiency: 0.8\nscaleout", "all_to_all: tree}\n  efficiency: 0.8\nscaleout"),
          r"all_to_all = 'tree' is not supported; choose one of ring, direct"),
         (lambda t: re.sub(r"matmul: \{peak_fraction: [0-9.]+", "matmul: {peak_fraction: 1.5", t),
-         r"MatmulEfficiency.peak_fraction = 1.5 must be <= 1"),
+         r"MatmulEfficiency.peak_fraction = 1.5 must be <= 0.95"),
         (lambda t: t.replace("cost_per_gpu_hour: 3.0", "cost_per_gpu_hour: -1"), r"cost_per_gpu_hour = -1.0 must be > 0"),
         (lambda t: yaml.safe_dump({**yaml.safe_load(t), "gpu": 3}), r"hw.yaml.gpu = 3 must be a mapping \(Gpu\)"),
         (lambda t: t + "name: again\n", r"duplicate key 'name'"),
@@ -192,37 +194,58 @@ def test_bad_overrides_name_the_key(override: str, match: str) -> None:
 # ----------------------------------------------------------------------------- efficiency
 
 
-def test_kernel_efficiency_is_a_saturating_curve() -> None:
-    eff = KernelEfficiency(peak_fraction=0.8, overhead_us=5.0)
-    peak = 1000.0  # TFLOP/s
-    f_half = 0.8 * 1000e12 * 5e-6  # = 4e9 FLOPs
-    assert eff.half_saturation_flops(peak) == pytest.approx(f_half)
-    assert eff.efficiency(f_half, peak) == pytest.approx(0.4)
-    assert eff.efficiency(1e15, peak) == pytest.approx(0.8 * 1e15 / (1e15 + f_half))
-    assert eff.time_s(4e9, peak) == pytest.approx(5e-6 + 4e9 / 0.8e15)
-    assert eff.efficiency(1e6, peak) < eff.efficiency(1e9, peak) < eff.efficiency(1e12, peak) < 0.8
+def test_gemm_tiles_and_waves_by_hand() -> None:
+    # 132 SMs, 128x256 tiles. m=n=8192: 64*32 = 2048 tiles = 15.5 waves -> 16 full waves.
+    assert gemm_padded_flops(8192, 8192, 8192, 1, 128, 256, 132) == 16 * 132 * 2 * 128 * 256 * 8192
+    # 132 tiles exactly fill one wave; one more tile costs a whole second wave.
+    assert gemm_padded_flops(128 * 132, 256, 64, 1, 128, 256, 132) == 132 * 2 * 128 * 256 * 64
+    assert gemm_padded_flops(128 * 133, 256, 64, 1, 128, 256, 132) == 2 * 132 * 2 * 128 * 256 * 64
+    # m = 1000 pads to 8 row tiles, as m = 1024; batch entries add tiles.
+    assert gemm_padded_flops(1000, 256, 10, 1, 128, 256, 132) == gemm_padded_flops(1024, 256, 10, 1, 128, 256, 132)
+    assert gemm_padded_flops(128, 256, 10, 200, 128, 256, 132) == 2 * 132 * 2 * 128 * 256 * 10
+    # Fewer tiles than SMs: k is split to fill the wave (32 tiles -> 4-way split-K, one wave).
+    assert gemm_padded_flops(1, 8192, 8192, 1, 128, 256, 132) == 132 * 2 * 128 * 256 * 2048
 
 
 def test_matmul_time_against_hand_roofline() -> None:
     gpu = load_hardware("h100-sxm").gpu
     mm, eff = gpu.efficiency.matmul, gpu.efficiency
-    pf, ov, mem = mm.peak_fraction, mm.overhead_us * 1e-6, eff.memory_fraction
+    pf, launch, mem = mm.peak_fraction, eff.launch_us * 1e-6, eff.memory_fraction
     m, n, k = 8192, 8192, 8192
-    compute = ov + 2 * m * n * k / (pf * 989.4e12)
+    waves = -(-(m // 128) * (n // 256) // 132)
+    compute = launch + waves * 132 * 2 * 128 * 256 * k / (pf * 989.4e12)
     assert gpu.matmul_time_s(m, n, k) == pytest.approx(compute)
-    # m = 1000 pads to 8 tiles of 128 rows: as slow as m = 1024 (compute bound here).
-    assert gpu.matmul_time_s(1000, 8192, 8192) == pytest.approx(ov + 2 * 1024 * 8192 * 8192 / (pf * 989.4e12))
-    assert gpu.efficiency.matmul.efficiency(1000, 8192, 8192, 989.4) < gpu.efficiency.matmul.efficiency(
-        1024, 8192, 8192, 989.4)
-    # A skinny GEMM (m = 1 pads to 128) is memory bound: reads an 8192x8192 bf16 weight.
-    skinny = ov + (8192 + 8192 * 8192 + 8192) * 2 / (3350e9 * mem)
+    # A skinny GEMM (m = 1 pads to one row tile) is memory bound: reads an 8192x8192 bf16 weight.
+    skinny = launch + (8192 + 8192 * 8192 + 8192) * 2 / (3350e9 * mem)
     assert gpu.matmul_time_s(1, 8192, 8192) == pytest.approx(skinny)
     assert gpu.matmul_time_s(0, 8192, 8192) == 0.0
     assert gpu.memory_time_s(3350e9 * mem) == pytest.approx(1.0)
     fwd, bwd = eff.attention_forward, eff.attention_backward
-    assert gpu.attention_time_s(1e12) == pytest.approx(fwd.overhead_us * 1e-6 + 1e12 / (fwd.peak_fraction * 989.4e12))
-    assert gpu.attention_time_s(1e12, backward=True) == pytest.approx(
-        bwd.overhead_us * 1e-6 + 1e12 / (bwd.peak_fraction * 989.4e12))
+    assert gpu.attention_time_s(1e12) == pytest.approx(launch + 1e12 / (fwd.peak_fraction * 989.4e12))
+    assert gpu.attention_time_s(1e12, backward=True) == pytest.approx(launch + 1e12 / (bwd.peak_fraction * 989.4e12))
+    assert gpu.matmul_time_s(m, n, k, "fp8") == pytest.approx(
+        launch + waves * 132 * 2 * 128 * 256 * k / (mm.fp8_peak_fraction * 1978.9e12))
+
+
+def test_kernel_model_prices_like_the_scalar_helpers() -> None:
+    hw = load_hardware("h100-sxm")
+    gpu, launch = hw.gpu, hw.gpu.efficiency.launch_us * 1e-6
+    one = np.ones(3)
+    kern = Kernels(code=np.array([0, 2, 3]), flops=np.array([2.0 * 4096 ** 3, 1e12, 0.0]),
+                   nbytes=np.array([3 * 2 * 4096 ** 2, 0.0, 1e9]), m=np.array([4096, 0, 0]),
+                   n=np.array([4096, 0, 0]), k=np.array([4096, 0, 0]), batch=one, precision=np.zeros(3),
+                   backward=np.zeros(3, dtype=bool))
+    t = kernel_seconds(hw, "bf16", kern)
+    assert t[0] == pytest.approx(gpu.matmul_time_s(4096, 4096, 4096))
+    assert t[1] == pytest.approx(gpu.attention_time_s(0.5e12))  # causal: half the score matrix
+    assert t[2] == pytest.approx(gpu.vector_time_s(1e9))
+    # FP8 recipe: a linear GEMM runs at the fp8 rate after a cast of its activation operand
+    # (read bf16, write fp8 and its transpose: 2 x the bf16 bytes), a separate memory-bound kernel.
+    kern8 = Kernels(**{**kern.__dict__, "precision": np.array([1, 0, 0])})
+    t8 = kernel_seconds(hw, "fp8", kern8)
+    cast = launch + 2 * 2 * 4096 * 4096 / (3350e9 * gpu.efficiency.memory_fraction)
+    assert t8[0] == pytest.approx(gpu.matmul_time_s(4096, 4096, 4096, "fp8") + cast)
+    assert t8[1] == pytest.approx(t[1]) and t8[2] == pytest.approx(t[2])  # attention and vector stay bf16
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -232,7 +255,9 @@ def test_ring_all_reduce_alpha_beta() -> None:
     # 8 ranks, 1 GB over 450 GB/s, 1 us: 2*7 steps, each rank moves 2*7/8 of the buffer.
     t = collective_time_s("all_reduce", "ring", 1e9, 8, 450.0, 1.0)
     assert t == pytest.approx(14e-6 + 1.75 * 1e9 / 450e9)
-    assert load_hardware("h100-sxm").tiers[0].collective_time_s("all_reduce", 1e9, 8) == pytest.approx(t)
+    tier = load_hardware("h100-sxm").tiers[0]  # NVLink moves data at its achieved bus bandwidth
+    assert tier.collective_time_s("all_reduce", 1e9, 8) == pytest.approx(
+        14e-6 + 1.75 * 1e9 / (450e9 * tier.efficiency))
 
 
 @pytest.mark.parametrize(
@@ -271,12 +296,15 @@ def test_network_dims_from_tiers() -> None:
     hw = load_hardware("h100-sxm")
     dims = network_dims(hw, 64)
     assert [d.npus for d in dims] == [8, 8] and [d.topology for d in dims] == ["Switch", "Switch"]
-    assert dims[0].bandwidth_gib_s == pytest.approx(450e9 / 2**30)  # 419.095 GiB/s
-    assert dims[1].bandwidth_gib_s == pytest.approx(50e9 / 2**30)
+    # the achieved bus bandwidth (link x efficiency), as hardware/network.py times collectives
+    assert dims[0].bandwidth_gib_s == pytest.approx(450e9 * 0.8 / 2**30)  # 335.3 GiB/s
+    assert dims[1].bandwidth_gib_s == pytest.approx(50e9 * 0.9 / 2**30)
     assert dims[0].latency_ns == pytest.approx(500.0)  # 1 us end to end over two switch hops
     assert [d.npus for d in network_dims(hw, 4)] == [4]
     mesh = network_dims(load_hardware("mi300x"), 8)[0]
-    assert mesh.topology == "FullyConnected" and mesh.bandwidth_gib_s == pytest.approx(64e9 / 2**30)
+    mi300x = load_hardware("mi300x").node
+    assert mesh.topology == "FullyConnected"
+    assert mesh.bandwidth_gib_s == pytest.approx(64e9 * mi300x.efficiency / 2**30)
     pods = apply_hw_overrides(hw, ["scaleout.nodes=4"])
     with pytest.raises(ConfigError, match="needs 8 nodes but scaleout.nodes=4"):
         network_dims(pods, 64)
@@ -312,9 +340,10 @@ def test_written_configs_match_reference_schema(tmp_path: Path) -> None:
     assert set(system) == set(ref_system)
     for key, value in ref_system.items():
         _same_shape(system[key], value, key)
-    assert system["peak-perf"] == 989.4 and system["local-mem-bw"] == 3350 and system["roofline-enabled"] == 1
+    assert system["peak-perf"] == 989.4 and system["roofline-enabled"] == 0  # kernel times are in the traces
+    assert system["local-mem-bw"] == REDUCTION_FREE_MEM_BW
     assert system["all-reduce-implementation"] == ["ring", "ring"]
-    assert system["all-to-all-implementation"] == ["direct", "direct"]
+    assert system["all-to-all-implementation"] == ["direct1", "direct1"]
     network = yaml.safe_load(files.network.read_text())
     ref_network = yaml.safe_load((REF_CONFIGS / "net_8npu_2d_ring_switch.yml").read_text())
     assert set(network) == set(ref_network)
@@ -337,14 +366,21 @@ def test_written_configs_read_back_by_the_typed_readers(tmp_path: Path) -> None:
         assert len(sys_cfg.all_reduce) == net_cfg.dims == 2
 
 
-def test_config_options_derate_the_roofline() -> None:
+def test_system_config_times_kernels_from_the_traces_and_collectives_as_stageopt_does() -> None:
     hw = load_hardware("a100-80g")
-    system, _, _ = astra_sim_configs(hw, 8, compute_fraction=0.5, memory_fraction=0.8)
-    assert system["peak-perf"] == pytest.approx(156) and system["local-mem-bw"] == pytest.approx(2039 * 0.8)
+    system, _, _ = astra_sim_configs(hw, 16)
+    assert system["roofline-enabled"] == 0 and system["peak-perf"] == pytest.approx(312)
+    assert system["preferred-dataset-splits"] == 1 and system["active-chunks-per-dimension"] == 1
+    # a direct exchange through a switch goes one message at a time, so it moves at the link's rate
+    assert system["all-to-all-implementation"] == ["direct1", "direct1"]
+    assert system["all-reduce-implementation"] == ["ring", "ring"]
+    # no collective spans every rank: one implementation, which ASTRA-sim then keeps for every group
+    system, _, _ = astra_sim_configs(hw, 16, subgroups_only=True)
+    assert system["all-to-all-implementation"] == ["direct1"] and system["all-reduce-implementation"] == ["ring"]
+    mesh, _, _ = astra_sim_configs(load_hardware("mi300x"), 16, subgroups_only=True)
+    assert mesh["all-reduce-implementation"] == ["direct", "ring"]  # tiers differ: ASTRA-sim will use ring
     with pytest.raises(ConfigError, match="no fp8 tensor cores"):
         astra_sim_configs(hw, 8, dtype="fp8")
-    with pytest.raises(ConfigError, match="compute_fraction=1.5 must be in"):
-        astra_sim_configs(hw, 8, compute_fraction=1.5)
     with pytest.raises(ConfigError, match="at least 2 ranks"):
         astra_sim_configs(hw, 1)
 

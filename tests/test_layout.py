@@ -15,8 +15,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "stageopt"
 # Bottom floor first; a package imports only from packages before it in this list.
-FLOORS = ["errors", "_deprecated", "inputs", "model", "frameworks", "graph", "parallel", "hardware", "workload", "chakra", "astrasim",
-          "program", "sim", "search", "validation", "commands", "cli"]
+FLOORS = ["errors", "_deprecated", "console", "inputs", "model", "frameworks", "graph", "parallel", "hardware", "workload", "launch", "chakra", "astrasim",
+          "program", "sim", "serving", "search", "validation", "commands", "cli"]
 
 
 def _modules() -> dict[str, pathlib.Path]:

@@ -1,8 +1,9 @@
 """All the figures the README quotes, in one command (2-core machine: about 3 minutes).
 
 Runs each benchmark script in its own process and prints its table:
-inspect wall time, trace generation (8 -> 32,768 GPUs), analytical evaluations per
-second, replay time vs GPU count, and `stageopt search --budget 500` wall time.
+inspect wall time, trace generation (8 -> 32,768 GPUs), trace validation (1,024 and
+32,768 ranks), analytical evaluations per second, replay time vs GPU count, and
+`stageopt search --budget 500` wall time.
 Run: python experiments/benchmarks/run_all.py
 """
 
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["bench_inspect.py", "bench_generate.py", "bench_analytical.py", "bench_replay.py"]
+SCRIPTS = ["bench_inspect.py", "bench_generate.py", "bench_validate.py", "bench_analytical.py", "bench_replay.py"]
 
 
 def section(title: str) -> None:

@@ -29,7 +29,7 @@ PLANS = [
     ("llama3-70b", [], "tp=8 pp=4 mbs=1 gbs=128 zero=1 sp=on", 256, "h100-sxm"),
     ("llama3-70b", [], "tp=8 pp=4 mbs=1 gbs=128 zero=1 sp=on recompute=full", 256, "h100-sxm"),
     ("llama3-70b", [], "tp=8 pp=8 vpp=2 schedule=interleaved mbs=1 gbs=128 zero=1 sp=on", 512, "h100-sxm"),
-    ("llama3-70b", [], "tp=4 pp=8 mbs=1 gbs=64 schedule=gpipe recompute=full", 256, "h100-sxm"),
+    ("llama3-70b", [], "tp=4 pp=8 mbs=1 gbs=64 schedule=gpipe recompute=full framework=torchtitan", 256, "h100-sxm"),
     ("llama3-70b", [], "tp=8 pp=4 cp=2 mbs=1 gbs=64 zero=1 sp=on", 512, "h200-sxm"),
     ("llama3-70b", [], "tp=8 pp=2 mbs=1 gbs=64 zero=3 recompute=full sp=on", 256, "h100-sxm"),
     ("gpt3-175b", [], "tp=8 pp=8 mbs=1 gbs=128 recompute=full", 512, "a100-80g"),

@@ -12,15 +12,34 @@ Mapping (ASTRA-sim at commit 518bd51, analytical backend):
   rail-optimized network as one non-blocking switch), then ``interpod`` if the
   hardware has it and the job spans more than one pod. A tier with a single
   member is left out. ``npus_count`` multiplies to the number of ranks.
-* ``bandwidth``: ASTRA-sim reads GB/s with 1 GB = 2^30 bytes, the presets give
-  1e9 bytes, so the value written is ``gbps * 1e9 / 2**30``. ``FullyConnected``
+* ``bandwidth``: the tier's *achieved* bus bandwidth (link bandwidth x the
+  efficiency nccl-tests measures, ``Tier.achieved_gbps``), the figure
+  :mod:`stageopt.hardware.network` times collectives and messages with.
+  ASTRA-sim reads GB/s with 1 GB = 2^30 bytes, the presets give 1e9 bytes, so
+  the value written is ``gbps * 1e9 / 2**30``. ``FullyConnected``
   bandwidth is per peer link: the GPU's total over ``node.gpus - 1`` links.
 * ``latency`` (ns per hop): the tier's end-to-end ``latency_us`` divided by the
   hops a message takes (2 through a Switch, 1 on a direct link).
-* system: ``system_defaults.json`` from ``simulators/astra-sim/`` plus one
-  collective implementation per dimension (the tier's choice, ASTRA-sim's
-  name), ``peak-perf`` = dense peak of ``dtype`` (TFLOP/s) × ``compute_fraction``,
-  ``local-mem-bw`` = HBM GB/s (1e9) × ``memory_fraction``, roofline enabled.
+* system: ``system_defaults.json`` from ``simulators/astra-sim/`` (one chunk
+  per collective, one chunk in flight: a collective is one pipelined
+  transfer, as :mod:`stageopt.hardware.network` times it) plus one collective
+  implementation per dimension (the tier's choice, ASTRA-sim's name).
+  ``roofline-enabled`` is 0: every compute node carries stageopt's kernel
+  time in ``duration_micros``. ``peak-perf`` is the dtype's dense peak
+  (only read if a user turns the roofline back on).
+* ``local-mem-bw``: with the roofline off ASTRA-sim uses it only to charge
+  each received chunk a reduction of three passes over local memory, after
+  the message and before the next send. NCCL reduces while it copies, and
+  stageopt's collective model counts that inside the link bandwidth, so the
+  value written (:data:`REDUCTION_FREE_MEM_BW`) makes the charge zero.
+* ``subgroups_only``: ASTRA-sim runs a communicator group smaller than the
+  world as one ring over its members and, when the system file lists more
+  than one implementation, forces ``ring`` on it (so an all-to-all becomes a
+  ring all-to-all, ``n/2`` times the traffic of a direct one). When no
+  collective spans the whole multi-node world (the trace writer splits those
+  by tier, :mod:`stageopt.program.tier_split`) and every tier uses the same
+  algorithm for a collective, one implementation is written, which
+  ASTRA-sim then uses on every group.
 """
 
 from __future__ import annotations
@@ -36,6 +55,7 @@ from stageopt.hardware.collectives import ASTRA_SIM_NAMES, COLLECTIVE_KINDS
 
 TEMPLATES_DIR = SIMULATORS_DIR / "astra-sim"
 GIB = 2**30
+REDUCTION_FREE_MEM_BW = 1_000_000_000  # GB/s: a reduction of any message ASTRA-sim sends rounds to 0 ns
 _WRITTEN_SYSTEM_KEYS = ("all-reduce-implementation", "all-gather-implementation",
                         "reduce-scatter-implementation", "all-to-all-implementation",
                         "local-mem-bw", "peak-perf", "roofline-enabled")
@@ -97,13 +117,27 @@ def network_dims(hw: Hardware, n_ranks: int) -> tuple[NetworkDim, ...]:
         if tier.topology == "fully_connected":
             links = max(hw.node.gpus - 1, 1)
             dims.append(NetworkDim(tier=tier, npus=npus, topology="FullyConnected",
-                                   bandwidth_gib_s=tier.bandwidth_gbps / links * 1e9 / GIB,
+                                   bandwidth_gib_s=tier.achieved_gbps / links * 1e9 / GIB,
                                    latency_ns=tier.latency_us * 1e3))
         else:
             dims.append(NetworkDim(tier=tier, npus=npus, topology="Switch",
-                                   bandwidth_gib_s=tier.bandwidth_gbps * 1e9 / GIB,
+                                   bandwidth_gib_s=tier.achieved_gbps * 1e9 / GIB,
                                    latency_ns=tier.latency_us * 1e3 / 2))
     return tuple(dims)
+
+
+def _implementation(dim: NetworkDim, algorithm: str) -> str:
+    """ASTRA-sim's name for ``algorithm`` on ``dim``.
+
+    A direct exchange through a switch shares the GPU's one link among its
+    peers; the congestion-unaware backend would give every concurrent message
+    the whole link, so it is written ``direct1`` (one message in flight), which
+    moves the bytes at the link's rate, as :mod:`stageopt.hardware.collectives`
+    prices ``direct``. A fully connected dimension has one link per peer, so
+    there all messages go at once.
+    """
+    name = ASTRA_SIM_NAMES[algorithm]
+    return "direct1" if name == "direct" and dim.topology == "Switch" else name
 
 
 def _system_defaults() -> dict[str, Any]:
@@ -119,24 +153,23 @@ def _system_defaults() -> dict[str, Any]:
     return dict(data)
 
 
-def astra_sim_configs(hw: Hardware, n_ranks: int, *, dtype: DType = "bf16", compute_fraction: float = 1.0,
-                      memory_fraction: float = 1.0) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def astra_sim_configs(hw: Hardware, n_ranks: int, *, dtype: DType = "bf16", subgroups_only: bool = False
+                      ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Return ``(system, network, memory)`` as ASTRA-sim reads them (JSON / YAML shapes).
 
-    ``compute_fraction`` and ``memory_fraction`` derate the roofline (ASTRA-sim
-    otherwise runs every kernel at full peak); 1.0 keeps the spec-sheet figures.
+    ``subgroups_only``: no collective of the trace set spans every rank (see
+    the module docstring); then a collective whose algorithm is the same on
+    every tier gets a one-entry implementation list.
     """
-    for name, value in (("compute_fraction", compute_fraction), ("memory_fraction", memory_fraction)):
-        if not 0 < value <= 1:
-            raise ConfigError(f"{name}={value!r} must be in (0, 1]; give e.g. {name}=0.75")
     dims = network_dims(hw, n_ranks)
     system = _system_defaults()
     for kind in COLLECTIVE_KINDS:
         key = kind.replace("_", "-") + "-implementation"
-        system[key] = [ASTRA_SIM_NAMES[d.tier.collectives.for_kind(kind)] for d in dims]
-    system["local-mem-bw"] = round(hw.gpu.hbm_gbps * memory_fraction, 6)
-    system["roofline-enabled"] = 1
-    system["peak-perf"] = round(hw.gpu.peak(dtype) * compute_fraction, 6)
+        names = [_implementation(d, d.tier.collectives.for_kind(kind)) for d in dims]
+        system[key] = names[:1] if subgroups_only and len(set(names)) == 1 else names
+    system["local-mem-bw"] = REDUCTION_FREE_MEM_BW
+    system["roofline-enabled"] = 0
+    system["peak-perf"] = round(hw.gpu.peak(dtype), 6)
     network = {
         "topology": [d.topology for d in dims],
         "npus_count": [d.npus for d in dims],

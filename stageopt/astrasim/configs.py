@@ -13,15 +13,14 @@ while network ``bandwidth`` is GB/s with 1 GB = 2^30 bytes and ``latency`` ns.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import yaml
-
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import load_document, shorten
+from stageopt.inputs.limits import MAX_GPUS, check_finite
 
 
 class CollectiveAlgo(str, Enum):
@@ -129,25 +128,27 @@ _REQUIRED_SYSTEM_KEYS = ("scheduling-policy", "preferred-dataset-splits", "colle
 
 
 def _load(path: os.PathLike | str, kind: str) -> Any:
-    """Parse a JSON or YAML file, turning I/O and syntax errors into one line."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise ConfigError(f"cannot read {kind} config {path}: {err.strerror}") from err
-    try:
-        return json.loads(text) if kind == "system" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError(f"{path}: not valid {'JSON' if kind == 'system' else 'YAML'} ({first})") from err
+    """Parse a JSON (system) or YAML (network) file through the input gate: one line on any problem."""
+    return load_document(path, f"{kind} config", json_file=kind == "system")
 
 
-def _number(path: os.PathLike | str, key: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
-    """A numeric value >= ``minimum``; bools and strings are refused."""
+MAX_SPLITS = 1024  # chunks per collective: ASTRA-sim's configs use 1-64; replay work grows linearly with it
+
+
+def _number(path: os.PathLike | str, key: str, value: Any, *, minimum: float, integer: bool = False,
+            maximum: float | None = None) -> Any:
+    """A finite numeric value in ``[minimum, maximum]`` (maximum: the gate's sanity bound unless given)."""
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or value < minimum:
+    if isinstance(value, bool) or not ok:
         want = "an integer" if integer else "a number"
-        raise ConfigError(f"{path}: {key!r} must be {want} >= {minimum:g}, got {value!r}")
+        raise ConfigError(f"{path}: {key!r} must be {want} >= {minimum:g}, got {shorten(value)}")
+    check_finite(value, f"{path}: {key!r}")
+    if value < minimum:
+        want = "an integer" if integer else "a number"
+        raise ConfigError(f"{path}: {key!r} must be {want} >= {minimum:g}, got {shorten(value)}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{path}: {key!r} = {shorten(value)} is above {maximum:g} (ASTRA-sim's configs use 1-64, "
+                          "and the replay's work grows with it); give a smaller value")
     return value
 
 
@@ -164,7 +165,7 @@ def _algo(path: os.PathLike | str, key: str, name: Any) -> AlgoSpec:
         if tail.isdigit() and int(tail) > 0:
             return AlgoSpec(CollectiveAlgo.DIRECT, int(tail))
     raise ConfigError(
-        f"{path}: {key!r} entry {name!r} is not supported by the replay; "
+        f"{path}: {key!r} entry {shorten(name)} is not supported by the replay; "
         "use 'ring', 'direct', 'directN' or 'halvingDoubling'"
     )
 
@@ -176,16 +177,22 @@ def read_system_config(path: os.PathLike | str) -> SystemConfig:
         raise ConfigError(f"{path}: expected a JSON object of system settings, got {type(data).__name__}")
     for key in data:
         if key not in _SYSTEM_KEYS:
-            raise ConfigError(f"{path}: unknown key {key!r}; known keys are {', '.join(sorted(_SYSTEM_KEYS))}")
+            raise ConfigError(f"{path}: unknown key {shorten(key)}; known keys are {', '.join(sorted(_SYSTEM_KEYS))}")
+    for key in sorted(_IGNORED_SYSTEM_KEYS & set(data)):  # not used here, but ASTRA-sim reads them
+        if key == "local-mem-trace-filename":
+            if not isinstance(data[key], str):
+                raise ConfigError(f"{path}: {key!r} must be a file name, got {shorten(data[key])}")
+        else:
+            _number(path, key, data[key], minimum=0)
     for key in _REQUIRED_SYSTEM_KEYS:
         if key not in data:
             raise ConfigError(f"{path}: missing key {key!r}; ASTRA-sim needs it (see configs in shared/reference)")
     policy = data["scheduling-policy"]
-    if policy not in {p.value for p in SchedulingPolicy}:
-        raise ConfigError(f"{path}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {policy!r}")
+    if policy not in tuple(p.value for p in SchedulingPolicy):
+        raise ConfigError(f"{path}: 'scheduling-policy' must be LIFO, FIFO or EXPLICIT, got {shorten(policy)}")
     optimization = data["collective-optimization"]
     if optimization not in ("baseline", "localBWAware"):
-        raise ConfigError(f"{path}: 'collective-optimization' must be 'baseline' or 'localBWAware', got {optimization!r}")
+        raise ConfigError(f"{path}: 'collective-optimization' must be 'baseline' or 'localBWAware', got {shorten(optimization)}")
     if data.get("model-shared-bus", 0) not in (0, False):
         raise ConfigError(f"{path}: 'model-shared-bus' = 1 (LogGP bus model) is not supported by the replay; set it to 0")
     impls: dict[str, tuple[AlgoSpec, ...]] = {}
@@ -199,15 +206,20 @@ def read_system_config(path: os.PathLike | str) -> SystemConfig:
         for key in ("peak-perf", "local-mem-bw"):
             if key not in data:
                 raise ConfigError(f"{path}: missing key {key!r}; the roofline (roofline-enabled = 1) needs it")
+            if _number(path, key, data[key], minimum=0) <= 0:
+                raise ConfigError(f"{path}: {key!r} = {data[key]!r} must be > 0 with roofline-enabled = 1 (compute "
+                                  "time divides by it); give the GPU's value or set roofline-enabled to 0")
     bw = _number(path, "local-mem-bw", data.get("local-mem-bw", 0), minimum=0)
     return SystemConfig(
         scheduling_policy=SchedulingPolicy(policy),
         endpoint_delay_ns=_number(path, "endpoint-delay", data.get("endpoint-delay", 10), minimum=0, integer=True),
         active_chunks_per_dimension=_number(
-            path, "active-chunks-per-dimension", data.get("active-chunks-per-dimension", 1), minimum=1, integer=True
+            path, "active-chunks-per-dimension", data.get("active-chunks-per-dimension", 1), minimum=1, integer=True,
+            maximum=MAX_SPLITS,
         ),
         preferred_dataset_splits=_number(
-            path, "preferred-dataset-splits", data["preferred-dataset-splits"], minimum=1, integer=True
+            path, "preferred-dataset-splits", data["preferred-dataset-splits"], minimum=1, integer=True,
+            maximum=MAX_SPLITS,
         ),
         local_bw_aware=optimization == "localBWAware",
         local_mem_bw_gbps=float(bw),
@@ -228,7 +240,7 @@ def read_network_config(path: os.PathLike | str) -> NetworkConfig:
         raise ConfigError(f"{path}: expected a YAML mapping with keys {', '.join(_NETWORK_KEYS)}")
     for key in data:
         if key not in _NETWORK_KEYS:
-            raise ConfigError(f"{path}: unknown key {key!r}; a network file has exactly {', '.join(_NETWORK_KEYS)}")
+            raise ConfigError(f"{path}: unknown key {shorten(key)}; a network file has exactly {', '.join(_NETWORK_KEYS)}")
     for key in _NETWORK_KEYS:
         if key not in data:
             raise ConfigError(f"{path}: missing key {key!r}; give one value per dimension, e.g. {key}: [ ... ]")
@@ -240,12 +252,18 @@ def read_network_config(path: os.PathLike | str) -> NetworkConfig:
             raise ConfigError(f"{path}: {key!r} has {len(data[key])} entries but 'topology' has {dims}; give one per dimension")
     topologies = []
     for name in data["topology"]:
-        if name not in {t.value for t in Topology}:
-            raise ConfigError(f"{path}: 'topology' entry {name!r} is unknown; use Ring, FullyConnected or Switch")
+        if name not in tuple(t.value for t in Topology):
+            raise ConfigError(f"{path}: 'topology' entry {shorten(name)} is unknown; use Ring, FullyConnected or Switch")
         topologies.append(Topology(name))
     counts = tuple(_number(path, "npus_count", n, minimum=2, integer=True) for n in data["npus_count"])
+    total = 1
+    for n in counts:
+        total *= n
+    if total > MAX_GPUS:
+        raise ConfigError(f"{path}: 'npus_count' {shorten(list(counts))} multiplies to {total:.3g} NPUs, above the "
+                          f"bound {MAX_GPUS:.0e} (the largest clusters have ~10^6 GPUs); check for a typo")
     bandwidths = tuple(float(_number(path, "bandwidth", b, minimum=0)) for b in data["bandwidth"])
     if any(b <= 0 for b in bandwidths):
-        raise ConfigError(f"{path}: 'bandwidth' values must be > 0 GB/s, got {list(bandwidths)}")
+        raise ConfigError(f"{path}: 'bandwidth' values must be > 0 GB/s, got {shorten(list(bandwidths))}")
     latencies = tuple(float(_number(path, "latency", x, minimum=0)) for x in data["latency"])
     return NetworkConfig(topology=tuple(topologies), npus_count=counts, bandwidth_gbps=bandwidths, latency_ns=latencies)

@@ -73,16 +73,27 @@ class Engine:
         self._seq += 1
         heapq.heappush(self._heap, (self.now + delay, self._seq, fn, arg))
 
-    def run(self) -> list[RankResult]:
+    def run(self, on_tick: Callable[["Engine"], None] | None = None, every: int = 1 << 16) -> list[RankResult]:
+        """Run to completion; ``on_tick(engine)`` is called every ``every`` events (progress reports)."""
         for rank in self.ranks:
             rank.workload_call()
         heap = self._heap
         pop = heapq.heappop
+        count = 0
         while heap:
             t, _, fn, arg = pop(heap)
             self.now = t
             fn(arg)
+            if on_tick is not None:
+                count += 1
+                if count == every:
+                    count = 0
+                    on_tick(self)
         return [RankResult(r.finish_ns, r.compute_ns) for r in self.ranks]
+
+    def nodes_finished(self) -> int:
+        """Trace nodes finished so far on all ranks."""
+        return sum(r.released for r in self.ranks)
 
     # -- network: congestion-unaware, eager sends, matched receives ---------
     def link(self, src: int, dst: int) -> Link:
@@ -131,6 +142,7 @@ class Engine:
 
 
 def simulate(programs: Sequence[Sequence[Op]], groups: Mapping[int, Sequence[int]],
-             system: SystemConfig, network: NetworkConfig) -> list[RankResult]:
+             system: SystemConfig, network: NetworkConfig,
+             on_tick: Callable[[Engine], None] | None = None) -> list[RankResult]:
     """Replay one program per rank and return each rank's finish and compute time."""
-    return Engine(programs, groups, system, network).run()
+    return Engine(programs, groups, system, network).run(on_tick)

@@ -84,6 +84,7 @@ class Npu:
             else:
                 self.free.add(op.id)
         self.ongoing = 0
+        self.released = 0  # nodes finished, for progress reports
         self.busy = [False, False, False, False]
         self.compute_ns = 0
         self.finish_ns: int | None = None
@@ -133,6 +134,7 @@ class Npu:
         if op.slot != Slot.NONE:
             self.busy[op.slot] = False
         self.ongoing -= 1
+        self.released += 1
         for child in self.children[op.id]:
             left = self.waiting[child] - 1
             self.waiting[child] = left

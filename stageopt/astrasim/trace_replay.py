@@ -19,6 +19,8 @@ from stageopt.astrasim.configs import NetworkConfig, SystemConfig, read_network_
 from stageopt.astrasim.events import simulate
 from stageopt.astrasim.records import Op, OpKind, Slot
 from stageopt.chakra import CommType, NodeType, node_attrs, read_comm_groups, read_trace
+from stageopt.chakra.comm_groups import check_groups_fit
+from stageopt.console import progress as console_progress
 from stageopt.errors import ConfigError, SimulatorError
 
 
@@ -144,24 +146,35 @@ def node_to_op(node: Any, rank: int, system: SystemConfig, where: str) -> Op:
     return Op(node.id, OpKind.RECV, Slot.NONE, deps, size=size, peer=_int_attr(attrs, "comm_src", where), tag=tag)
 
 
-def load_programs(prefix: str | os.PathLike, num_ranks: int, system: SystemConfig) -> list[list[Op]]:
-    """Read ``PREFIX.<rank>.et`` for every rank and convert its nodes."""
+def load_programs(prefix: str | os.PathLike, num_ranks: int, system: SystemConfig,
+                  progress: bool = False) -> list[list[Op]]:
+    """Read ``PREFIX.<rank>.et`` for every rank and convert its nodes (``progress``: ranks read, rate, ETA)."""
     programs = []
-    for rank in range(num_ranks):
-        path = f"{os.fspath(prefix)}.{rank}.et"
-        if not os.path.exists(path):
-            raise ConfigError(f"trace {path} does not exist; the network has {num_ranks} ranks, so PREFIX.0.et .. "
-                              f"PREFIX.{num_ranks - 1}.et are needed")
-        trace = read_trace(path)
-        programs.append([node_to_op(n, rank, system, f"{path} node {n.id}") for n in trace.nodes])
+    with console_progress(num_ranks, "reading traces", unit="rank", enabled=progress) as bar:
+        for rank in range(num_ranks):
+            path = f"{os.fspath(prefix)}.{rank}.et"
+            if not os.path.exists(path):
+                raise ConfigError(f"trace {path} does not exist; the network has {num_ranks} ranks, so PREFIX.0.et .. "
+                                  f"PREFIX.{num_ranks - 1}.et are needed")
+            trace = read_trace(path)
+            programs.append([node_to_op(n, rank, system, f"{path} node {n.id}") for n in trace.nodes])
+            bar.update()
     return programs
 
 
 def replay_programs(programs: Sequence[Sequence[Op]], groups: Mapping[int, Sequence[int]],
-                    system: SystemConfig, network: NetworkConfig) -> ReplayResult:
-    """Run prepared programs; a rank that never finishes is an error, as ASTRA-sim would hang."""
-    results = simulate(programs, groups, system, network)
-    stuck = [r for r, res in enumerate(results) if res.finish_ns is None]
+                    system: SystemConfig, network: NetworkConfig, progress: bool = False) -> ReplayResult:
+    """Run prepared programs; a rank that never finishes is an error, as ASTRA-sim would hang.
+
+    ``progress``: trace nodes finished of all ranks, with rate and ETA, on stderr.
+    """
+    total = sum(len(p) for p in programs)
+    with console_progress(total, "replaying", unit="node", enabled=progress) as bar:
+        results = simulate(programs, groups, system, network,
+                           on_tick=(lambda engine: bar.update(engine.nodes_finished() - bar.n)) if progress else None)
+        stuck = [r for r, res in enumerate(results) if res.finish_ns is None]
+        if not stuck:
+            bar.update(total - bar.n)  # every node of every rank finished
     if stuck:
         raise SimulatorError(
             f"rank(s) {stuck} never finish: a dependency or message is never satisfied (e.g. a send without a "
@@ -174,10 +187,26 @@ def replay_programs(programs: Sequence[Sequence[Op]], groups: Mapping[int, Seque
 
 
 def replay_trace_set(workload: str | os.PathLike, comm_group: str | os.PathLike | None,
-                     system_path: str | os.PathLike, network_path: str | os.PathLike) -> ReplayResult:
+                     system_path: str | os.PathLike, network_path: str | os.PathLike,
+                     progress: bool = False) -> ReplayResult:
     """Replay ``workload.<rank>.et`` with ASTRA-sim's config files; the command-line entry point."""
     system = read_system_config(system_path)
     network = read_network_config(network_path)
     groups = read_comm_groups(comm_group) if comm_group else {}
-    programs = load_programs(workload, network.num_npus, system)
-    return replay_programs(programs, groups, system, network)
+    if comm_group:
+        check_groups_fit(groups, network.num_npus, comm_group, f"the network {network_path}")
+    programs = load_programs(workload, network.num_npus, system, progress)
+    if not comm_group:
+        _require_no_groups(programs, workload)
+    return replay_programs(programs, groups, system, network, progress)
+
+
+def _require_no_groups(programs: Sequence[Sequence[Op]], workload: str | os.PathLike) -> None:
+    """Without a group file, name the missing argument rather than a missing group."""
+    for rank, ops in enumerate(programs):
+        for op in ops:
+            if op.kind == OpKind.COLLECTIVE and op.group:
+                folder = os.path.dirname(os.fspath(workload)) or "."
+                raise ConfigError(f"rank {rank}: node {op.id} uses communicator group {op.group}, but no --comm-group "
+                                  f"file was given; pass the one written with the traces "
+                                  f"(e.g. {os.path.join(folder, 'comm_groups.json')})")

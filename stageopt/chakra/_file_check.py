@@ -16,7 +16,7 @@ from typing import Any
 
 from stageopt.chakra.attrs import INTEGER_ONEOFS
 from stageopt.chakra.et_schema import SCHEMA_VERSION, CommType, NodeType
-from stageopt.chakra.io import read_trace
+from stageopt.chakra.io import Trace, read_trace
 from stageopt.errors import ConfigError
 
 # Collective types ASTRA-sim simulates (BROADCAST is replayed from duration_micros); others abort.
@@ -302,19 +302,30 @@ class _Checker:
             self.res.digests[gid] = digest(by_group.get(gid, []))
 
 
-def check_file(ctx: CheckContext, rank: int, path: Path) -> FileResult:
-    """All single-file rules for one rank (see stageopt.chakra.validate for the list)."""
-    checker = _Checker(ctx, rank, path.name)
-    try:
-        trace = read_trace(path)
-    except ConfigError as err:
-        checker.add("error", "decode", str(err))
-        return checker.res
+def check_trace(ctx: CheckContext, rank: int, fname: str, trace: Trace) -> FileResult:
+    """All single-file rules for one decoded rank file (see stageopt.chakra.validate for the list)."""
+    checker = _Checker(ctx, rank, fname)
     if trace.version != SCHEMA_VERSION:
-        checker.add("warning", "version", f"{path.name}: metadata version {trace.version!r}, expected {SCHEMA_VERSION!r}")
+        checker.add("warning", "version", f"{fname}: metadata version {trace.version!r}, expected {SCHEMA_VERSION!r}")
     checker.res.n_nodes = len(trace.nodes)
     checker.graph(trace.nodes)
     for node in trace.nodes:
         checker.node(node)
     checker.sequences()
     return checker.res
+
+
+def decode_error(ctx: CheckContext, rank: int, fname: str, err: ConfigError) -> FileResult:
+    """The result of a file that cannot be read or decoded."""
+    checker = _Checker(ctx, rank, fname)
+    checker.add("error", "decode", str(err))
+    return checker.res
+
+
+def check_file(ctx: CheckContext, rank: int, path: Path) -> FileResult:
+    """Read, decode and check one rank's file."""
+    try:
+        trace = read_trace(path)
+    except ConfigError as err:
+        return decode_error(ctx, rank, path.name, err)
+    return check_trace(ctx, rank, path.name, trace)

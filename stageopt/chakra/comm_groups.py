@@ -13,20 +13,27 @@ import os
 from collections.abc import Iterable, Mapping
 
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import load_document, shorten
+from stageopt.inputs.limits import MAX_GPUS
+
+GROUP_FILE_MAX_BYTES = 2**30  # 10^7 ranks, each listed in a few groups, fit well within 1 GiB of JSON
 
 
 def _check_group(path: os.PathLike | str, gid: object, ranks: object) -> list[int]:
     """One group's ranks as ints, or a ConfigError naming the id and the fix."""
     if not isinstance(ranks, (list, tuple)) or not ranks:
-        raise ConfigError(f"{path}: group {gid!r} must be a non-empty list of ranks, got {ranks!r}")
+        raise ConfigError(f"{path}: group {shorten(gid)} must be a non-empty list of ranks, got {shorten(ranks)}")
     out: list[int] = []
     for r in ranks:
-        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
-            raise ConfigError(f"{path}: group {gid!r} has rank {r!r}; ranks are integers >= 0")
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < MAX_GPUS:
+            raise ConfigError(f"{path}: group {shorten(gid)} has rank {shorten(r)}; ranks are integers from 0 "
+                              f"below {MAX_GPUS:.0e} (the bound on GPUs)")
         out.append(int(r))
     if len(set(out)) != len(out):
-        dup = sorted({r for r in out if out.count(r) > 1})
-        raise ConfigError(f"{path}: group {gid!r} lists rank(s) {dup} more than once; list each rank once")
+        seen: set[int] = set()
+        dup = sorted({r for r in out if r in seen or seen.add(r)})  # type: ignore[func-returns-value]
+        raise ConfigError(f"{path}: group {shorten(gid)} lists rank(s) {shorten(dup)} more than once; "
+                          "list each rank once")
     return out
 
 
@@ -35,24 +42,28 @@ def _check_id(path: os.PathLike | str, key: object) -> int:
     try:
         gid = int(key)  # type: ignore[call-overload]
     except (TypeError, ValueError):
-        raise ConfigError(f"{path}: group id {key!r} is not an integer; use ids 1, 2, 3, ...") from None
+        raise ConfigError(f"{path}: group id {shorten(key)} is not an integer; use ids 1, 2, 3, ...") from None
     if isinstance(key, bool) or gid <= 0 or (isinstance(key, str) and key != str(gid)):
-        raise ConfigError(f"{path}: group id {key!r} is invalid; ids are positive integers written plainly (0 and \"\" mean all ranks)")
+        raise ConfigError(f"{path}: group id {shorten(key)} is invalid; ids are positive integers written plainly "
+                          "(0 and \"\" mean all ranks)")
     return gid
 
 
 def read_comm_groups(path: os.PathLike | str) -> dict[int, list[int]]:
     """Parse and check a group file; returns ``{id: [ranks]}`` in file order."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as err:
-        raise ConfigError(f"cannot read comm-group file {path}: {err.strerror}") from err
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); expected {{\"<id>\": [ranks...]}}") from err
+    data = load_document(path, "comm-group file", json_file=True, max_bytes=GROUP_FILE_MAX_BYTES)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object {{\"<id>\": [ranks...]}}, got {type(data).__name__}")
     return {_check_id(path, k): _check_group(path, k, v) for k, v in data.items()}
+
+
+def check_groups_fit(groups: Mapping[int, Iterable[int]], world: int, path: os.PathLike | str, source: str) -> None:
+    """Refuse a group naming a rank at or above ``world`` (``source`` says where ``world`` came from)."""
+    for gid, ranks in groups.items():
+        bad = [r for r in ranks if r >= world]
+        if bad:
+            raise ConfigError(f"{path}: group {gid} has rank(s) {shorten(bad)}, but {source} has {world} ranks "
+                              f"(0..{world - 1}); remove them or fix the group file")
 
 
 def write_comm_groups(

@@ -21,9 +21,14 @@ STAGE's traces do this), one-rank groups nobody uses, COMP nodes marked
 version other than 0.0.4. ``strict_order=True`` turns the ordering warnings
 into errors, for checking stageopt's own output.
 
-Work is O(total nodes) and one file is in memory at a time (per worker with
-``workers > 1``); each group keeps only a digest of its first member's
-collective sequence, and files are re-read only to explain a mismatch.
+Files are checked by symmetric class (stageopt.chakra._rank_classes): one
+representative per class is decoded and checked node by node, every other file
+is only split by a regular expression and its rank-specific values (groups,
+peers, tags) are checked against the representative's, so the work grows with
+bytes read, not with nodes decoded; the report is the same as a file-by-file
+check. One file is in memory at a time (per worker with ``workers > 1``); each
+group keeps only a digest of its first member's collective sequence, and files
+are re-read only to explain a mismatch.
 """
 
 from __future__ import annotations
@@ -31,16 +36,21 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from stageopt.chakra._file_check import ALL_RANKS, CheckContext, Coll, FileResult, check_file, collectives
+from stageopt.chakra._file_check import ALL_RANKS, CheckContext, Coll, FileResult, collectives
+from stageopt.chakra._rank_classes import check_ranks
 from stageopt.chakra.comm_groups import read_comm_groups
 from stageopt.chakra.io import read_trace
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import shorten
+from stageopt.inputs.limits import MAX_GPUS
+
+MAX_WORKERS = 256
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,7 @@ class ValidationReport:
     node_counts: dict[str, int]
     finding_counts: dict[str, int]
     comm_group_file: str | None
+    n_full_checks: int = 0  # files decoded and checked node by node; the others were projected from their class
 
 
 class _Merge:
@@ -163,6 +174,9 @@ def _find_rank_files(directory: Path, prefix: str) -> dict[int, Path]:
         for entry in it:
             m = pattern.match(entry.name)
             if m:
+                if len(m.group(1)) > 8 or int(m.group(1)) >= MAX_GPUS:
+                    raise ConfigError(f"{directory}: {shorten(entry.name)} names a rank at or above {MAX_GPUS:.0e}, "
+                                      "the bound on GPUs; remove it or check the file names")
                 files[int(m.group(1))] = Path(entry.path)
             elif entry.name.endswith(".et"):
                 others.add(entry.name.rsplit(".", 2)[0])
@@ -197,17 +211,32 @@ def _load_groups(path: Path | None, world: int, merge_add: list[tuple[str, str, 
     return groups
 
 
-def _results(ctx: CheckContext, files: dict[int, Path], workers: int) -> Iterator[FileResult]:
-    """File results in rank order, from worker processes when ``workers > 1``."""
-    ranks = sorted(files)
-    if workers <= 1 or len(ranks) < 2 * workers:
-        for r in ranks:
-            yield check_file(ctx, r, files[r])
+def _results(ctx: CheckContext, files: dict[int, Path], workers: int, full: list[int],
+             by_class: bool) -> Iterator[FileResult]:
+    """File results in rank order, by symmetric class; contiguous blocks of ranks per worker when ``workers > 1``.
+
+    ``full`` collects how many files each block checked in full (the rest were projected).
+    """
+    items = [(r, files[r]) for r in sorted(files)]
+    check = partial(check_ranks, ctx, by_class=by_class)
+    if workers <= 1 or len(items) < 2 * workers:
+        results, checked = check(items)
+        full.append(checked)
+        yield from results
         return
-    paths: Iterable[Path] = (files[r] for r in ranks)
+    size = -(-len(items) // workers)
+    blocks = [items[i:i + size] for i in range(0, len(items), size)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        chunk = max(1, len(ranks) // (workers * 8))
-        yield from pool.map(partial(check_file, ctx), ranks, paths, chunksize=chunk)
+        for results, checked in pool.map(check, blocks):
+            full.append(checked)
+            yield from results
+
+
+def _check_counts(max_per_kind: int, workers: int) -> None:
+    if max_per_kind < 1:
+        raise ConfigError(f"max_per_kind={max_per_kind}; it must be at least 1")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"workers={workers}; give 1 to {MAX_WORKERS} processes")
 
 
 def validate_trace_dir(
@@ -218,19 +247,21 @@ def validate_trace_dir(
     max_per_kind: int = 20,
     strict_order: bool = False,
     workers: int = 1,
+    by_class: bool = True,
 ) -> ValidationReport:
     """Validate ``<directory>/<prefix>.<rank>.et`` and its comm-group file (rules: module docstring).
 
     ``comm_groups`` overrides the file looked up as ``comm_groups.json`` or
     ``<prefix>.json``; ``workers`` checks files in that many processes.
+    ``by_class=False`` checks every file node by node instead of one per
+    symmetric class (same report, slower; see stageopt.chakra._rank_classes).
     """
     directory = Path(directory)
     if not directory.is_dir():
         raise ConfigError(f"trace directory {directory} does not exist or is not a directory")
     if comm_groups is not None and not Path(comm_groups).is_file():
         raise ConfigError(f"comm-group file {comm_groups} does not exist; omit it to use {directory}/{prefix}.json")
-    if max_per_kind < 1:
-        raise ConfigError(f"max_per_kind={max_per_kind}; it must be at least 1")
+    _check_counts(max_per_kind, workers)
     files = _find_rank_files(directory, prefix)
     world = max(files) + 1
     groups_path = Path(comm_groups) if comm_groups is not None else _group_file(directory, prefix)
@@ -248,7 +279,8 @@ def validate_trace_dir(
     merge = _Merge(ctx, files)
     for finding in group_findings:
         merge.add(*finding)
-    for res in _results(ctx, files, workers):
+    full: list[int] = []
+    for res in _results(ctx, files, workers, full, by_class):
         merge.file(res)
     merge.finish()
     n_err = sum(k for key, k in merge.counts.items() if key.startswith("error:"))
@@ -264,4 +296,5 @@ def validate_trace_dir(
         node_counts=dict(sorted(merge.node_counts.items())),
         finding_counts=dict(sorted(merge.counts.items())),
         comm_group_file=str(groups_path) if groups_path else None,
+        n_full_checks=sum(full),
     )

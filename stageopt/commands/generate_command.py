@@ -10,11 +10,12 @@ Exit codes: 0 written, 2 bad input (plan, model, hardware, ranks, output directo
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from stageopt.commands.arguments import add_model_plan_args, workload_from_args
+from stageopt.console import LOG_INTERVAL_S
 from stageopt.hardware import apply_hw_overrides, load_hardware
+from stageopt.inputs.names import check_plain_name
 from stageopt.program import BUCKETS, ProgramOptions
 from stageopt.program.generate import generate, parse_ranks
 
@@ -36,17 +37,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="gradient-sync bucket: one per layer, per model chunk, or one per stage after the last "
                         "backward (default: the framework's); plan dp_overlap=off implies 'stage'")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
-                   help=f"progress bar on stderr (auto: on a terminal with >= {PROGRESS_MIN_RANKS} ranks)")
+                   help=f"ranks written, rate and ETA on stderr: a live bar on a terminal, a line every "
+                        f"{LOG_INTERVAL_S:g} s in a log (auto: for >= {PROGRESS_MIN_RANKS} ranks)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_plain_name(args.prefix, "--prefix")
     work = workload_from_args(args)
     hw = apply_hw_overrides(load_hardware(args.hardware), args.hw_set)
     ranks = parse_ranks(args.ranks, work.plan.gpus)
-    progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty()
-                                          and len(ranks) >= PROGRESS_MIN_RANKS)
+    progress = args.progress == "on" or (args.progress == "auto" and len(ranks) >= PROGRESS_MIN_RANKS)
     res = generate(work, hw, args.out, ranks=ranks, prefix=args.prefix,
                    options=ProgramOptions(bucket=args.dp_bucket), progress=progress)
     elapsed = time.perf_counter() - started

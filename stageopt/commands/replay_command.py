@@ -11,6 +11,7 @@ import argparse
 import json
 
 from stageopt.astrasim.trace_replay import replay_trace_set
+from stageopt.console import LOG_INTERVAL_S
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,11 +27,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--system", required=True, metavar="FILE", help="ASTRA-sim system JSON")
     parser.add_argument("--network", required=True, metavar="FILE", help="analytical network YAML")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--progress", choices=("auto", "off"), default="auto",
+                        help=f"ranks read and trace nodes replayed, with rate and ETA, on stderr (auto: a live bar "
+                             f"on a terminal, a line every {LOG_INTERVAL_S:g} s in a log, nothing for short runs)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = replay_trace_set(args.workload, args.comm_group, args.system, args.network)
+    result = replay_trace_set(args.workload, args.comm_group, args.system, args.network,
+                              progress=args.progress == "auto")
     if args.json:
         print(json.dumps({"ranks": len(result.ranks), **result.to_dict()}))
         return 0

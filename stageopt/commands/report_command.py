@@ -22,16 +22,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import optuna
 
-    from stageopt.search.artifacts import render_table, study_best, write_report
+    from stageopt.search.artifacts import SUMMARY_ATTR, render_table, stored_summary, study_best, write_report
     from stageopt.search.objective import objectives_for
     from stageopt.search.session import META_ATTR
-    from stageopt.search.storage import JOURNAL_NAME, make_storage, study_exists
+    from stageopt.search.storage import JOURNAL_NAME, open_storage, study_exists
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     run_dir = Path(args.run_dir)
     if args.storage is None and not (run_dir / JOURNAL_NAME).is_file():
         raise ConfigError(f"{run_dir}: no {JOURNAL_NAME} here; give a runs/<study> folder or --storage URL")
-    storage, _ = make_storage(args.storage, run_dir)
+    storage = open_storage(args.storage, run_dir, write=False).storage
     names = [s.study_name for s in storage.get_all_studies()]
     name = args.study_name or (run_dir.name if run_dir.name in names else (names[0] if len(names) == 1 else None))
     if name is None or not study_exists(storage, name):
@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(meta, dict):
         raise ConfigError(f"study {name!r} was not created by 'stageopt search'")
     objectives = objectives_for(tuple(meta["objectives"]))
-    files = write_report(study, run_dir, objectives, meta["backend"], {"study": name, "backend": meta["backend"]},
-                         plots=not args.no_plots)
+    head = stored_summary(study, study.user_attrs.get(SUMMARY_ATTR), run_dir, meta)
+    files = write_report(study, run_dir, objectives, meta["backend"], head, plots=not args.no_plots)
     best = study_best(study, objectives, meta["backend"])
     if args.json:
         print((run_dir / "best.json").read_text().strip())

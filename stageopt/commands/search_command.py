@@ -33,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "with replay/astra-sim, Optuna on hardware ranges; brute/grid: the census itself; "
                         "tpe/nsga2/gp/cmaes/random: sample anyway")
     p.add_argument("--objectives", help="comma list of time, throughput, cost, mfu (default: the space's)")
-    p.add_argument("--backend", help="analytical | replay | astra-sim | package.module:SimulatorClass "
-                                     "(default: the space's)")
+    p.add_argument("--backend", help="analytical | replay | astra-sim | astra-sim-aware (congestion-aware binary, "
+                                     "1-D networks) | package.module:SimulatorClass (default: the space's)")
     p.add_argument("--screen", choices=("analytical",),
                    help="rank the space with the analytical model and simulate the most promising plans first")
     p.add_argument("--screen-top", type=int, help="plans to take from the screen first (default budget/2)")
@@ -46,7 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                      "default runs/<study>/journal.log")
     p.add_argument("--study-name", help="default <space>-<date>-<time>")
     p.add_argument("--runs-dir", default="runs", help="where runs/<study>/ goes (default ./runs)")
-    p.add_argument("--resume", action="store_true", help="continue --study-name (RUNNING leftovers become FAIL)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue --study-name (trials of workers that died are failed and their plans retried)")
+    p.add_argument("--join", action="store_true",
+                   help="work on --study-name beside other workers, creating it if absent (no plan is simulated twice)")
     p.add_argument("--seed-plan", action="append", default=[], metavar="PLAN",
                    help='enqueue a known plan first, e.g. "tp=8 pp=4 mbs=1 zero=1" (repeatable)')
     p.add_argument("--seed", type=int, help="sampler seed: reproducible (batch-synchronous when parallel)")
@@ -72,7 +75,7 @@ def options_from_args(args: argparse.Namespace) -> SearchOptions:
                          backend=args.backend, screen=args.screen, screen_top=args.screen_top, workers=args.workers,
                          ray_address=args.ray_address, timeout_s=args.timeout, astra_sim=args.astra_sim,
                          storage=args.storage, study_name=args.study_name, runs_dir=args.runs_dir,
-                         resume=args.resume, seed_plans=tuple(args.seed_plan), seed=args.seed,
+                         resume=args.resume, join=args.join, seed_plans=tuple(args.seed_plan), seed=args.seed,
                          max_asks=args.max_asks, batch=args.batch, reserve_gib=args.reserve_gib,
                          framework=args.framework, top=args.top, progress=not args.json)
 
@@ -107,8 +110,16 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stageopt.search.artifacts import render_table, study_best, write_report
+    from stageopt.search.artifacts import SUMMARY_ATTR, render_table, study_best, write_report
     from stageopt.search.session import run_search
+    from stageopt.search.space import resolve_space_path
+    from stageopt.serving.serving_space import is_serving_space
+
+    space_path = resolve_space_path(args.space)
+    if is_serving_space(space_path):  # a serving question (kind: serving) goes to the serving search
+        from stageopt.commands.serve_command import run_search as run_serving_search
+
+        return run_serving_search(args, space_path)
 
     bar = ProgressBar(sys.stderr.isatty() and not args.json)
     try:
@@ -118,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     best = study_best(result.study, result.objectives, result.backend)
     meta = summary(result)
+    result.study.set_user_attr(SUMMARY_ATTR, meta)  # so that 'stageopt report' rebuilds best.json whole
     files = write_report(result.study, result.run_dir, result.objectives, result.backend, meta,
                          plots=not args.no_plots)
     exported = export_best(result, best, Path(args.export_best)) if args.export_best and best else None
@@ -142,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         if len(top) > 1:
             print(f"top {len(top)} (exact):")
             print("\n".join(render_table(top, result.objectives).splitlines()[:len(top) + 1]))
-    print(f"files: {result.run_dir}/ (best.json, trials.csv{', plots' if not args.no_plots else ''}); "
+    print(f"files: {result.run_dir}/ ({', '.join(Path(f).name for f in files.written)}); "
           f"rebuild with 'stageopt report {result.run_dir}'")
     for note in files.notes:
         print(f"note: {note}")
@@ -160,7 +172,6 @@ def summary(result: SearchResult) -> dict:
             "simulations": result.answer.simulations, "asks": s.asks, "cached": s.cached,
             "invalid": s.invalid, "over_memory": s.oom, "failed": s.failed, "stop_reason": s.stop_reason,
             "elapsed_s": round(s.elapsed_s, 3), "trials": len(result.study.trials),
-            "failed_on_resume": result.failed_on_resume,
             "feasible_plans_in_space": census.n_feasible if census and census.exhaustive else None}
 
 

@@ -20,11 +20,11 @@ def make_simulator(args: argparse.Namespace) -> Simulator:
     if args.backend == "astra-sim":
         from stageopt.sim.astrasim_backend import AstraSimSimulator
 
-        return AstraSimSimulator(binary=args.astra_sim, timeout_s=args.timeout)
+        return AstraSimSimulator(binary=args.astra_sim, timeout_s=args.timeout, network=args.astra_sim_network)
     if args.backend == "replay":
         from stageopt.sim.replay import ReplaySimulator
 
-        return ReplaySimulator()
+        return ReplaySimulator(dp_stream=args.dp_stream)
     return AnalyticalSimulator()
 
 
@@ -35,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="analytical")
     p.add_argument("--astra-sim", dest="astra_sim", metavar="PATH",
                    help="ASTRA-sim analytical binary (default: $STAGEOPT_ASTRA_SIM)")
+    p.add_argument("--astra-sim-network", choices=("unaware", "aware"), default="unaware",
+                   help="ASTRA-sim's congestion-unaware binary, or the congestion-aware one (1-D networks only: "
+                        "at most one scale-up domain; found beside the unaware one or in $STAGEOPT_ASTRA_SIM_AWARE)")
+    p.add_argument("--dp-stream", choices=("background", "shared"), default="background",
+                   help="replay: DP gradient collectives on their own stream (Megatron-LM) or sharing the one "
+                        "communication slot (ASTRA-sim's rule)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before an external simulator is killed")
     add_reserve_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -52,6 +58,7 @@ def render(est: Estimate, plan: Plan, fit: dict | None = None) -> str:
     lines += [f"  {k:<18} {v:10.4f}" for k, v in est.time_breakdown_s.items()]
     lines.append("memory breakdown (GiB):")
     lines += [f"  {k:<18} {v:10.2f}" for k, v in est.memory_breakdown_gib.items()]
+    lines += [f"note: {note}" for note in est.details.get("notes", ())]
     return "\n".join(lines)
 
 

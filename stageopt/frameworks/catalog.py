@@ -9,14 +9,15 @@ from pathlib import Path
 from stageopt.errors import ConfigError
 from stageopt.frameworks.profile import FrameworkProfile
 from stageopt.inputs.schema import from_mapping, load_yaml_mapping
+from stageopt.inputs.shipped import SIMULATORS_PACKAGE, shipped_dir, shipped_names
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "simulators" / "frameworks"
+PROFILES_DIR = shipped_dir(SIMULATORS_PACKAGE, "frameworks")
 DEFAULT_FRAMEWORK = "megatron-core"
 
 
 def list_profiles() -> list[str]:
     """Names of the shipped profiles."""
-    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    return shipped_names(PROFILES_DIR)
 
 
 def load_profile(name_or_path: str | Path | None = None) -> FrameworkProfile:

@@ -15,10 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from stageopt.errors import ConfigError
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved")
 BUCKETS = ("layer", "chunk", "stage")
+# Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
+# "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
+FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,6 +35,20 @@ class FrameworkProfile:
     ZeRO-1 (optimizer states sharded over data parallelism) the default when
     dp > 1; ``fsdp`` makes ZeRO-3 (parameters too) the default. ``dp_bucket``
     is the granularity of gradient synchronisation in traces and replay.
+    ``attention_kernel`` is the fused attention implementation: ``best`` (cuDNN
+    fused attention / FlashAttention-3 class, the GPU's ``attention_*`` figures)
+    or ``fa2`` (FlashAttention-2, as PyTorch SDPA's flash backend ships; the
+    GPU's ``fa2_attention_scale`` of that). ``fusions`` lists the elementwise fusion groups the stack launches as one
+    kernel (:data:`FUSION_GROUPS`). ``pipeline_scatter_gather`` sends only a
+    1/tp shard of each pipeline activation when sequence parallelism is off,
+    re-gathered over NVLink on arrival (Megatron-LM since 2021).
+    ``grad_bucket_params`` caps the parameters per gradient-sync collective
+    (each bucket pays the collective's latency), raised to
+    ``grad_bucket_params_per_rank`` x the data-parallel size where that is larger
+    (Megatron-Core sizes buckets so); ``zero3_bucket_params`` does the
+    same for ZeRO-3 parameter gathers and gradient scatters (None: one per block,
+    as FSDP wraps each transformer block); ``zero3_prefetch`` gathers the next
+    block's parameters on a side stream while the current one computes.
     """
 
     name: str
@@ -44,14 +63,30 @@ class FrameworkProfile:
     fsdp: bool = False
     dp_bucket: Literal["layer", "chunk", "stage"] = "layer"
     schedules: tuple[str, ...] = SCHEDULE_NAMES
+    fusions: tuple[str, ...] = ()
+    attention_kernel: Literal["best", "fa2"] = "best"
+    pipeline_scatter_gather: bool = False
+    grad_bucket_params: float | None = 4e7
+    grad_bucket_params_per_rank: float = 0.0
+    zero3_bucket_params: float | None = None
+    zero3_prefetch: bool = True
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("framework profile: name is empty; give the profile a name")
+        bad = [f for f in self.fusions if f not in FUSION_GROUPS]
+        if bad:
+            raise ConfigError(f"framework {self.name}: fusions {bad} unknown; choose from {', '.join(FUSION_GROUPS)}")
         unknown = [s for s in self.schedules if s not in SCHEDULE_NAMES]
         if unknown or not self.schedules:
             raise ConfigError(f"framework {self.name}: schedules {list(self.schedules)} must be a non-empty "
                               f"list of {', '.join(SCHEDULE_NAMES)}")
+
+    def grad_bucket(self, dp_ranks):
+        """Parameters per gradient bucket for a data-parallel group of ``dp_ranks`` (None: one bucket)."""
+        if self.grad_bucket_params is None:
+            return None
+        return np.maximum(self.grad_bucket_params, self.grad_bucket_params_per_rank * np.asarray(dp_ranks, dtype=float))
 
     def default_zero(self, dp: int, cp: int = 1) -> int:
         """The ZeRO stage this stack uses when the plan does not say (states shard over dp x cp)."""

@@ -95,8 +95,9 @@ class _Differentiator:
                 continue
             others = [self.fetch(y) for j, y in enumerate(op.inputs) if j != i]
             spec = ",".join([out] + [ins[j] for j in range(len(ins)) if j != i]) + "->" + ins[i]
+            precision = 0 if op.attrs.get("precision", 0) == 0 else (2 if x.role == "weight" else 1)
             g = self.bwd.einsum(f"d{x.name}", spec, (gout, *others), out_dtype=x.dtype_bytes,
-                                role="wgrad" if x.role == "weight" else "grad")
+                                role="wgrad" if x.role == "weight" else "grad", precision=precision)
             self._deliver(x, g)
 
     def _attention(self, op: Op, gout: Tensor) -> None:
@@ -119,8 +120,8 @@ class _Differentiator:
             for x in op.inputs:
                 self.add_grad(x, g)
             return
-        for need in op.attrs.get("needs", ()):
-            self.fetch(op.inputs[int(need[2:])] if need.startswith("in") else op.outputs[int(need[3:])])
+        needed = tuple(self.fetch(op.inputs[int(need[2:])] if need.startswith("in") else op.outputs[int(need[3:])])
+                       for need in op.attrs.get("needs", ()))
         g = self.bwd.convert(g, complete(op.outputs[0].layout))
         main = next(x for x in op.inputs if x.role != "weight")
         numel = g.local_numel()
@@ -136,8 +137,9 @@ class _Differentiator:
                 grads.append(self.bwd.derive(x, f"d{x.name}", layout=layout, role="wgrad"))
             else:
                 grads.append(self.bwd.derive(x, f"d{x.name}", layout=complete(x.layout), role="grad"))
-        self.bwd.emit(Op(name=f"d{op.name}", kind="vector", inputs=(g,), outputs=tuple(grads),
-                         vector_flops=numel * op.attrs.get("bwd_flops", 2)))
+        self.bwd.emit(Op(name=f"d{op.name}", kind="vector", inputs=(g, *needed), outputs=tuple(grads),
+                         vector_flops=numel * op.attrs.get("bwd_flops", 2),
+                         attrs={"fuse": op.attrs.get("fuse", ""), "eager_passes": op.attrs.get("eager_passes", 1.0)}))
         targets = [x for x in op.inputs if x.role not in ("input", "mask")]
         for x, gx in zip(targets, grads):
             self._deliver(x, gx)

@@ -10,6 +10,7 @@ from functools import lru_cache
 from stageopt.graph import templates
 from stageopt.graph.autodiff import differentiate
 from stageopt.graph.builder import GraphBuilder
+from stageopt.graph.fusion import fuse_ops
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
 
@@ -76,12 +77,24 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
             for t in op.inputs:
                 if t.uid not in produced and t.role != "weight":
                     saved[t.uid] = _unconverted(fwd, t)
+    phases = _fused((tuple(fwd.ops), tuple(bwd_ops), tuple(recompute_ops)), arch, keep={
+        y.uid, *(t.uid for t in saved.values()), *(g.uid for g in back.weight_grads.values()),
+        *((back.input_grad.uid,) if back.input_grad is not None else ())})
     return BlockGraph(
-        kind=kind, fwd=tuple(fwd.ops), bwd=tuple(bwd_ops), recompute=tuple(recompute_ops),
+        kind=kind, fwd=phases[0], bwd=phases[1], recompute=phases[2],
         weights=tuple(weights.values()),
         weight_grads=tuple(back.weight_grads[uid] for uid in weights),
         saved=tuple({t.uid: t for t in saved.values()}.values()),
         working_set=tuple(back.saved.values()), input=x, output=y)
+
+
+def _fused(phases: tuple[tuple[Op, ...], ...], arch: Arch, keep: set[int]) -> tuple[tuple[Op, ...], ...]:
+    """Each phase's ops with the stack's fusions applied; a tensor another phase reads is kept."""
+    out = []
+    for i, ops in enumerate(phases):
+        others = {t.uid for j, other in enumerate(phases) if j != i for op in other for t in op.inputs}
+        out.append(fuse_ops(ops, arch.fusions, keep | others))
+    return tuple(out)
 
 
 def _unconverted(fwd: GraphBuilder, t: Tensor) -> Tensor:
@@ -100,4 +113,5 @@ def arch_of(model, plan) -> Arch:
     dropout = stack.dropout if stack.dropout is not None else model.dropout
     return Arch(norm=model.norm, activation=model.activation, attention=attention,
                 position=model.position, bias=model.bias, dropout=dropout,
-                tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp)
+                tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp,
+                fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity)

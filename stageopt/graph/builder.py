@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from stageopt.graph.einsum import letter_sizes, local_product, parse_spec, required_layouts
+from stageopt.graph.einsum import gemm_dims, letter_sizes, local_product, parse_spec, required_layouts
 from stageopt.graph.layout import PARTIAL, REPLICATE, Layout, Split, conversion
 from stageopt.graph.symbols import AXES
 from stageopt.graph.tensor import Collective, Op, Tensor
@@ -67,7 +67,10 @@ class GraphBuilder:
     # -- op constructors -------------------------------------------------------
     def einsum(self, name: str, spec: str, operands: tuple[Tensor, ...], *, out_dtype: int | None = None,
                kind: str = "matmul", flops_scale: sp.Expr = sp.Integer(1), role: str = "activation",
-               extra: dict | None = None) -> Tensor:
+               extra: dict | None = None, precision: int | None = None) -> Tensor:
+        """A matmul or attention op; ``precision`` is the kernel model's class (0: stays in high
+        precision, 1: FP8-capable with an activation cast, 2: FP8-capable, operands cast already);
+        by default 1 when a weight is an operand (a linear layer), else 0."""
         ins, out = parse_spec(spec)
         weights_first = tuple(sorted(range(len(operands)), key=lambda i: operands[i].role != "weight"))
         req, out_layout, split = required_layouts(ins, out, operands, weights_first)
@@ -76,19 +79,27 @@ class GraphBuilder:
         y = Tensor(name=name, shape=tuple(sizes[c] for c in out), layout=out_layout,
                    dtype_bytes=out_dtype or inputs[0].dtype_bytes, role=role)
         flops = 2 * local_product(sizes, split) * flops_scale
-        self.emit(Op(name=name, kind=kind, inputs=inputs, outputs=(y,), flops=flops,
-                     attrs={"spec": spec, **(extra or {})}))
+        if precision is None:
+            precision = 1 if any(x.role == "weight" for x in operands) else 0
+        attrs = {"spec": spec, "precision": precision if kind == "matmul" else 0, **(extra or {})}
+        if kind == "matmul" and len(ins) == 2:
+            attrs["gemm"] = gemm_dims(ins, out, sizes, split)
+        self.emit(Op(name=name, kind=kind, inputs=inputs, outputs=(y,), flops=flops, attrs=attrs))
         return y
 
     def vector(self, name: str, inputs: tuple[Tensor, ...], *, flops_per_elem: float = 1,
                bwd_flops_per_elem: float = 2, needs: tuple[str, ...] = (), out_dtype: int | None = None,
                outputs: tuple[tuple[str, int, str], ...] | None = None, linear: bool = False,
-               bwd: str = "generic", layout: Layout | None = None) -> tuple[Tensor, ...]:
+               bwd: str = "generic", layout: Layout | None = None, fuse: str = "",
+               eager_passes: float = 1.0) -> tuple[Tensor, ...]:
         """An elementwise-style op over the first input's shape.
 
         ``needs`` names what backward reads: "in0", "in1", ... or "out0", ...
         ``outputs`` lists (name, dtype_bytes, role) when there is more than one.
-        Non-linear ops need every input free of partial sums.
+        Non-linear ops need every input free of partial sums. ``fuse`` names the
+        fusion group (:mod:`stageopt.graph.fusion`) a stack may merge the op into;
+        ``eager_passes`` how many kernels (each streaming the op's tensors) eager
+        PyTorch launches for it when no stack fusion covers it.
         """
         main = inputs[0]
         target = layout or main.layout
@@ -102,7 +113,8 @@ class GraphBuilder:
         numel = converted[0].local_numel()
         self.emit(Op(name=name, kind="vector", inputs=converted, outputs=outs,
                      vector_flops=numel * flops_per_elem,
-                     attrs={"needs": needs, "bwd": bwd, "bwd_flops": bwd_flops_per_elem}))
+                     attrs={"needs": needs, "bwd": bwd, "bwd_flops": bwd_flops_per_elem, "fuse": fuse,
+                            "eager_passes": eager_passes}))
         return outs
 
     def view(self, name: str, t: Tensor, shape: tuple[sp.Expr, ...], dim_map: dict[int, int]) -> Tensor:

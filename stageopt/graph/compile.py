@@ -16,6 +16,7 @@ import sympy as sp
 
 from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.layout import PARTIAL
+from stageopt.graph.overlap import overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
@@ -33,6 +34,7 @@ class CollectiveSpec:
     kind: str
     axis: str
     index: int  # position of input_bytes in the value vector; output_bytes follows
+    hides: tuple[int, ...] = ()  # op-table rows of the GEMMs it can overlap (stageopt.graph.overlap)
 
 
 @dataclass(frozen=True)
@@ -65,17 +67,22 @@ def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[Colle
         exprs[f"{phase}_flops"] = _sum([op.flops for op in ops])
         exprs[f"{phase}_attn_flops"] = _sum([op.flops for op in ops if op.kind == "attention" or op.attrs.get("causal")])
         exprs[f"{phase}_vector_flops"] = _sum([op.vector_flops for op in ops])
-        exprs[f"{phase}_bytes"] = _sum([op.bytes_read + op.bytes_written for op in ops])
-        exprs[f"{phase}_vector_bytes"] = _sum([op.bytes_read + op.bytes_written for op in ops if op.kind == "vector"])
+        exprs[f"{phase}_bytes"] = _sum([op.kernel_bytes for op in ops])
+        exprs[f"{phase}_vector_bytes"] = _sum([op.kernel_bytes for op in ops if op.kind == "vector"])
     names = list(exprs)
+    row = {id(op): r for r, op in enumerate(op for ph in PHASES for op in _phase_ops(graph, ph)
+                                            if op.kind in COMPUTE_KINDS)}
     for phase in PHASES:
-        for op in _phase_ops(graph, phase):
+        ops = _phase_ops(graph, phase)
+        partners = overlap_partners(ops)
+        for i, op in enumerate(ops):
             if op.collective is None:
                 continue
             key = f"c{len(colls)}"
             exprs[f"{key}_in"] = op.collective.input_bytes
             exprs[f"{key}_out"] = op.collective.output_bytes
-            colls.append(CollectiveSpec(op.name, phase, op.collective.kind, op.collective.axis, len(names)))
+            hides = tuple(row[id(ops[j])] for j in partners.get(i, ()))
+            colls.append(CollectiveSpec(op.name, phase, op.collective.kind, op.collective.axis, len(names), hides))
             names += [f"{key}_in", f"{key}_out"]
     acts = [t for t in graph.saved if t.role != "logits"]
     exprs["saved_bytes"] = _sum([t.local_bytes() for t in acts])
@@ -116,25 +123,39 @@ def kernel_name(op: Op) -> str:
     return op.kind
 
 
+GEMM_FIELDS = ("m", "n", "k", "batch")
+
+
+def gemm_shape(op: Op) -> tuple[sp.Expr, ...]:
+    """Per-rank (m, n, k, batch) of a matmul op; zeros for other kernels (priced by FLOPs or bytes)."""
+    return tuple(op.attrs.get("gemm", (sp.Integer(0),) * 4))
+
+
 @dataclass(frozen=True)
 class OpTable:
-    """Per-op FLOPs and bytes of one block's compute ops, for kernel-level time models.
+    """Per-op numbers of one block's compute ops, for the kernel model.
 
     ``kernels`` names each op's kernel family (:func:`kernel_name`), ``phases``
-    uses PHASE_CODE; ``fn`` returns 2n values: n FLOP counts (tensor FLOPs for
-    matmul/attention, vector FLOPs otherwise) then n byte counts, per rank and
-    micro-batch.
+    uses PHASE_CODE, ``precision`` the kernel model's precision class; ``fn``
+    returns 6n values per rank and micro-batch: n FLOP counts (tensor FLOPs for
+    matmul/attention, vector FLOPs otherwise), n byte counts, then the GEMM
+    shape rows m, n, k and batch (zero for non-GEMM kernels).
     """
 
     kernels: tuple[str, ...]
     phases: np.ndarray
+    precision: np.ndarray
+    launches: np.ndarray
     fn: Callable[..., list]
 
-    def evaluate(self, values: dict[str, object], size: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """(flops, bytes) as arrays of shape (ops, size)."""
+    def evaluate(self, values: dict[str, object], size: int = 1) -> dict[str, np.ndarray]:
+        """Rows ``flops``, ``bytes``, ``m``, ``n``, ``k``, ``batch`` as arrays of shape (ops, size)."""
         out = self.fn(*[values[s.name] for s in ALL_SYMBOLS])
-        rows = np.array([np.broadcast_to(np.asarray(x, dtype=float), (size,)) for x in out]).reshape(2, -1, size)
-        return rows[0], rows[1]
+        rows = np.empty((len(out), size))
+        for i, x in enumerate(out):
+            rows[i] = x
+        rows = rows.reshape(2 + len(GEMM_FIELDS), -1, size)
+        return dict(zip(("flops", "bytes", *GEMM_FIELDS), rows))
 
 
 @lru_cache(maxsize=64)
@@ -142,7 +163,10 @@ def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
     graph = build_block(kind, arch, recompute)
     ops = [op for phase in PHASES for op in _phase_ops(graph, phase) if op.kind in COMPUTE_KINDS]
     flops = [op.flops if op.kind != "vector" else op.vector_flops for op in ops]
-    nbytes = [op.bytes_read + op.bytes_written for op in ops]
-    fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes, modules="numpy", cse=False)
+    nbytes = [op.kernel_bytes for op in ops]
+    shapes = [gemm_shape(op)[i] for i in range(len(GEMM_FIELDS)) for op in ops]
+    fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes + shapes, modules="numpy", cse=False)
     return OpTable(kernels=tuple(kernel_name(op) for op in ops),
-                   phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int), fn=fn)
+                   phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int),
+                   precision=np.array([op.attrs.get("precision", 0) for op in ops], dtype=int),
+                   launches=np.array([op.launches for op in ops], dtype=int), fn=fn)

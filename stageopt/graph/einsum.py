@@ -64,3 +64,28 @@ def local_product(sizes: dict[str, sp.Expr], split_by_letter: dict[str, list[str
             size = size / AXIS_DEGREE[axis]
         total *= size
     return total
+
+
+def gemm_dims(ins: list[str], out: str, sizes: dict[str, sp.Expr],
+              split_by_letter: dict[str, list[str]]) -> tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]:
+    """Per-rank (m, n, k, batch) of a two-operand einsum run as a (batched) GEMM.
+
+    Output letters only in the first operand make ``m``, only in the second ``n``;
+    contracted letters make ``k``; letters in both operands and the output are
+    the batch. The kernel model counts tiles of ``m x n`` in waves over the SMs.
+    """
+    def extent(letters) -> sp.Expr:
+        total = sp.Integer(1)
+        for letter in letters:
+            size = sizes[letter]
+            for axis in split_by_letter.get(letter, ()):
+                size = size / AXIS_DEGREE[axis]
+            total *= size
+        return total
+
+    a, b = set(ins[0]), set(ins[1])
+    m = [c for c in out if c in a and c not in b]
+    n = [c for c in out if c in b and c not in a]
+    batch = [c for c in out if c in a and c in b]
+    k = [c for c in sizes if c not in out]
+    return extent(m), extent(n), extent(k), extent(batch)

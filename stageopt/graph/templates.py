@@ -37,6 +37,8 @@ class Arch:
     tied: bool
     shared_experts: bool
     sp: bool
+    fusions: frozenset[str] = frozenset()  # enabled fusion groups (stageopt.graph.fusion), from the stack
+    expert_capacity: float = 1.0  # busiest rank's routed tokens over a balanced share (ModelSpec)
 
 
 def residual_layout(arch: Arch) -> Layout:
@@ -53,29 +55,33 @@ def _norm(b: GraphBuilder, x: Tensor, arch: Arch, name: str) -> Tensor:
     params = [weight(f"{name}.g", (H,))]
     if arch.norm == "layernorm":
         params.append(weight(f"{name}.b", (H,)))
-    (y,) = b.vector(name, (x, *params), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0",))
+    # Eager RMSNorm is a chain of kernels (square-mean, rsqrt-scale, weight): about three passes over x;
+    # PyTorch's LayerNorm is one native kernel.
+    passes = 3.0 if arch.norm == "rmsnorm" else 1.0
+    (y,) = b.vector(name, (x, *params), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0",), fuse="norm",
+                    eager_passes=passes)
     return y
 
 
 def _bias(b: GraphBuilder, y: Tensor, arch: Arch, name: str, size: sp.Expr, layout: Layout,
-          target: Layout | None = None) -> Tensor:
+          target: Layout | None = None, fuse: str = "") -> Tensor:
     if not arch.bias:
         return y
     (out,) = b.vector(f"{name}.bias_add", (y, weight(f"{name}.bias", (size,), layout)),
-                      bwd="generic", bwd_flops_per_elem=1, layout=target)
+                      bwd="generic", bwd_flops_per_elem=1, layout=target, fuse=fuse)
     return out
 
 
-def _dropout(b: GraphBuilder, x: Tensor, arch: Arch, name: str) -> Tensor:
+def _dropout(b: GraphBuilder, x: Tensor, arch: Arch, name: str, fuse: str = "") -> Tensor:
     if not arch.dropout:
         return x
-    y, _mask = b.vector(name, (x,), flops_per_elem=2, bwd_flops_per_elem=1, needs=("out1",),
+    y, _mask = b.vector(name, (x,), flops_per_elem=2, bwd_flops_per_elem=1, needs=("out1",), fuse=fuse,
                         outputs=((name, x.dtype_bytes, "activation"), (f"{name}.mask", MASK, "mask")))
     return y
 
 
 def _residual_add(b: GraphBuilder, x: Tensor, y: Tensor, arch: Arch, name: str) -> Tensor:
-    (out,) = b.vector(name, (x, y), bwd="identity", layout=residual_layout(arch))
+    (out,) = b.vector(name, (x, y), bwd="identity", layout=residual_layout(arch), fuse="bias_dropout_add")
     return out
 
 
@@ -90,8 +96,9 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
         k = _bias(b, k, arch, "k", G * D, Layout.of(tp=Split(0)))
         v = _bias(b, v, arch, "v", G * D, Layout.of(tp=Split(0)))
     if arch.position == "rope":
-        (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3)
-        (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3)
+        # Eager RoPE: cast to fp32 complex, multiply, cast back (about three passes).
+        (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
+        (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
     b.region = "attn_core"
     if arch.attention == "flash":
         o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention", flops_scale=2,
@@ -103,8 +110,8 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
         o = b.einsum("context", "bsgrt,btgd->bsgrd", (probs, v), extra={"causal": True})
     b.region = ""
     y = b.einsum("proj", "bsgrd,grdh->bsh", (o, weight("wo", (G, R, D, H), Layout.of(tp=Split(0)))))
-    y = _bias(b, y, arch, "proj", H, Layout(), target=residual_layout(arch))
-    y = _dropout(b, y, arch, "proj_dropout")
+    y = _bias(b, y, arch, "proj", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
+    y = _dropout(b, y, arch, "proj_dropout", fuse="bias_dropout_add")
     return _residual_add(b, x, y, arch, "attn_residual")
 
 
@@ -115,32 +122,34 @@ def _mlp_core(b: GraphBuilder, h: Tensor, arch: Arch, width: sp.Expr, name: str)
         gate = b.einsum(f"{name}.gate", "bsh,hf->bsf", (h, weight(f"{name}.w_gate", (H, width), col)))
         up = b.einsum(f"{name}.up", "bsh,hf->bsf", (h, weight(f"{name}.w_up", (H, width), col)))
         (act,) = b.vector(f"{name}.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8,
-                          needs=("in0", "in1"))
+                          needs=("in0", "in1"), fuse="bias_activation", eager_passes=5 / 3)  # silu, then mul
     else:
         up = b.einsum(f"{name}.fc1", "bsh,hf->bsf", (h, weight(f"{name}.w1", (H, width), col)))
-        up = _bias(b, up, arch, f"{name}.fc1", width, Layout.of(tp=Split(0)))
-        (act,) = b.vector(f"{name}.gelu", (up,), flops_per_elem=8, bwd_flops_per_elem=12, needs=("in0",))
+        up = _bias(b, up, arch, f"{name}.fc1", width, Layout.of(tp=Split(0)), fuse="bias_activation")
+        (act,) = b.vector(f"{name}.gelu", (up,), flops_per_elem=8, bwd_flops_per_elem=12, needs=("in0",),
+                          fuse="bias_activation")
     return b.einsum(f"{name}.down", "bsf,fh->bsh", (act, weight(f"{name}.w2", (width, H), Layout.of(tp=Split(0)))))
 
 
 def mlp(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     h = _norm(b, x, arch, "ln2")
     y = _mlp_core(b, h, arch, F, "mlp")
-    y = _bias(b, y, arch, "mlp.fc2", H, Layout(), target=residual_layout(arch))
-    y = _dropout(b, y, arch, "mlp_dropout")
+    y = _bias(b, y, arch, "mlp.fc2", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
+    y = _dropout(b, y, arch, "mlp_dropout", fuse="bias_dropout_add")
     return _residual_add(b, x, y, arch, "mlp_residual")
 
 
 def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     """Routed experts (top-k of E, balanced) behind all-to-all dispatch/combine, plus shared experts."""
     h = _norm(b, x, arch, "ln2")
-    logits = b.einsum("router", "bsh,he->bse", (h, weight("w_router", (H, E))), out_dtype=FP32)
+    logits = b.einsum("router", "bsh,he->bse", (h, weight("w_router", (H, E))), out_dtype=FP32, precision=0)
     (probs,) = b.vector("router_topk", (logits,), flops_per_elem=6, bwd_flops_per_elem=4, needs=("out0",))
-    tokens = _permute(b, h, probs)
+    tokens = _permute(b, h, probs, arch.expert_capacity)
     expert = Layout.of(ep=Split(0), tp=Split(2))
     gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")))
     up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")))
-    (act,) = b.vector("expert.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0", "in1"))
+    (act,) = b.vector("expert.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0", "in1"),
+                      fuse="bias_activation")
     down = b.einsum("expert.down", "ecf,efh->ech",
                     (act, weight("we_down", (E, FE, H), Layout.of(ep=Split(0), tp=Split(1)), "expert")))
     back = b.convert(down, down.layout.with_("ep", Split(1)))
@@ -151,9 +160,12 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     return _residual_add(b, x, y, arch, "moe_residual")
 
 
-def _permute(b: GraphBuilder, h: Tensor, probs: Tensor) -> Tensor:
-    """Group each rank's tokens by expert: [E, C, H], C counting tokens of all EP ranks."""
-    capacity = EP * B * S * K / E
+def _permute(b: GraphBuilder, h: Tensor, probs: Tensor, load: float) -> Tensor:
+    """Group each rank's tokens by expert: [E, C, H], C counting tokens of all EP ranks.
+
+    ``load`` scales C from a balanced share to what the busiest rank processes.
+    """
+    capacity = EP * B * S * K / E * sp.nsimplify(load)
     placements = {a: Split(1) for a, p in h.layout.items if p == Split(1)}
     placements["ep"] = Split(1)
     out = Tensor(name="routed", shape=(E, capacity, H), layout=Layout.of(**placements), dtype_bytes=ACT)
@@ -194,14 +206,16 @@ def head(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     """Final norm, vocab-parallel output layer and cross-entropy; returns the loss."""
     h = _norm(b, x, arch, "ln_f")
     logits = b.einsum("logits", "bsh,vh->bsv", (h, weight("output", (V, H), Layout.of(tp=Split(0)),
-                                                           counted=not arch.tied)))
+                                                           counted=not arch.tied)), precision=0)
     (probs,) = b.vector("cross_entropy", (logits,), flops_per_elem=6, bwd_flops_per_elem=2, needs=("out0",),
+                        fuse="cross_entropy", eager_passes=2.0,  # log-softmax, then the loss
                         outputs=(("softmax_fp32", FP32, "logits"),))
     # Vocab-parallel cross-entropy leaves each token's loss as a partial sum over TP (max, sum-exp
     # and target logit are all-reduced; modelled as one all-reduce of B*S/cp fp32 values).
     token_loss = Tensor(name="token_loss", shape=(B, S), layout=Layout.of(cp=Split(1), tp=PARTIAL), dtype_bytes=FP32)
     b.emit(Op(name="loss_reduce_local", kind="vector", inputs=(probs,), outputs=(token_loss,),
-              vector_flops=probs.local_numel(), attrs={"needs": (), "bwd": "generic", "bwd_flops": 1}))
+              vector_flops=probs.local_numel(),
+              attrs={"needs": (), "bwd": "generic", "bwd_flops": 1, "fuse": "cross_entropy"}))
     return b.convert(token_loss, Layout.of(cp=Split(1)))
 
 

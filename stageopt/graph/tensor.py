@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -85,6 +86,18 @@ class Op:
     phase: str = "fwd"
     region: str = ""
     attrs: dict = field(default_factory=dict)
+
+    @property
+    def launches(self) -> int:
+        """Kernels this op stands for (more than one for an elementwise op eager PyTorch splits)."""
+        return math.ceil(self.attrs.get("passes", 1.0))
+
+    @property
+    def kernel_bytes(self) -> sp.Expr:
+        """HBM bytes its kernels move: what it reads and writes, once per pass."""
+        passes = self.attrs.get("passes", 1.0)
+        moved = self.bytes_read + self.bytes_written
+        return moved * sp.nsimplify(passes) if passes != 1.0 else moved
 
     @property
     def bytes_read(self) -> sp.Expr:

@@ -1,99 +1,103 @@
-"""How much of a GPU's peak a kernel reaches, as a function of its size.
+"""How close a kernel gets to the GPU's peak: the physical parameters of the kernel model.
 
-Why a model and not one constant: a fixed "MFU" fraction makes small kernels
-(narrow TP shards, short sequences, small micro-batches) look as fast per FLOP as
-big ones, which biases a parallelism search towards over-sharding.
+Why physical parameters and not one fitted "efficiency": a fitted constant
+absorbs whatever the model leaves out (unfused elementwise kernels, launch
+gaps) and then bends every answer that changes the amount of such work (tp,
+sp, recompute, micro-batch size). Each parameter here is something a
+microbenchmark measures, with a physical range enforced on it:
 
-The form used for matmuls and attention is a fixed per-kernel overhead plus a
-throughput term::
+* ``memory_fraction``: the share of the HBM bandwidth a streaming kernel reaches
+  (a device-to-device copy or STREAM triad reaches ~0.90 on H100);
+* ``matmul.peak_fraction`` (and ``fp8_peak_fraction``): the share of peak a large
+  cuBLAS GEMM reaches per output tile, at the clocks a GPU holds under load;
+* ``tile_m`` x ``tile_n``: the output tile one streaming multiprocessor computes;
+  a GEMM runs in *waves* of ``sm_count`` tiles, and a partly filled tile or wave
+  costs as much as a full one (tile and wave quantization; split-K fills the
+  first wave of a GEMM with fewer tiles than SMs);
+* ``attention_*.peak_fraction``: the share of peak the best fused attention
+  kernel (cuDNN / FlashAttention-3 class) reaches, forward and backward, and
+  ``fa2_attention_scale`` what FlashAttention-2 (PyTorch SDPA's flash backend)
+  reaches relative to it;
+* ``launch_us``: the fixed cost of one kernel on the GPU (launch gap, prologue, epilogue);
+* ``host_us``: the CPU time a training framework spends to dispatch one kernel; a
+  kernel shorter than that leaves the GPU waiting for the next one;
+* ``graph_launch_us``: the gap between kernels replayed from a CUDA graph (serving
+  engines replay decode steps so), which pays neither the launch nor the host cost.
 
-    time(F)       = overhead_us * 1e-6 + F / (peak_fraction * peak)
-    efficiency(F) = F / (time(F) * peak) = peak_fraction * F / (F + F_half)
-    F_half        = peak_fraction * peak * overhead_us * 1e-6
-
-i.e. a saturating (Michaelis-Menten) curve in the per-kernel FLOPs ``F``: it tends
-to ``peak_fraction`` for large kernels and reaches half of it at ``F_half``.
-Stating the parameter as an overhead (launch + prologue/epilogue + tail wave)
-rather than as ``F_half`` keeps it portable: a faster GPU needs proportionally
-bigger kernels to saturate. Matmuls also pay tile quantization: ``m`` and ``n``
-are padded up to a multiple of ``tile`` (a partly filled output tile costs as
-much as a full one). Memory-bound ops stream at ``memory_fraction`` of HBM
-bandwidth. All parameters are calibration assumptions recorded per preset.
+The time formulas that combine them live in :mod:`stageopt.hardware.kernels`
+(vectorized, shared by every backend); this module holds the parameters and the
+per-kernel closed forms they enter.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from stageopt.inputs.schema import bounds, check_fields
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KernelEfficiency:
-    """Overhead-plus-throughput model of one kernel family (see module docstring)."""
+    """Asymptotic share of peak of one fused kernel family (flash attention forward or backward)."""
 
-    peak_fraction: float = field(metadata=bounds(gt=0, le=1, doc="asymptotic fraction of peak"))
-    overhead_us: float = field(metadata=bounds(ge=0, doc="fixed time per kernel launch"))
+    peak_fraction: float = field(metadata=bounds(gt=0.2, le=0.95, doc="asymptotic fraction of peak"))
 
     def __post_init__(self) -> None:
         check_fields(self)
-
-    def time_s(self, flops: float, peak_tflops: float) -> float:
-        """Seconds for one kernel of ``flops`` on a GPU with ``peak_tflops``."""
-        if flops <= 0:
-            return 0.0
-        return self.overhead_us * 1e-6 + flops / (self.peak_fraction * peak_tflops * 1e12)
-
-    def half_saturation_flops(self, peak_tflops: float) -> float:
-        """Kernel size (FLOPs) at which efficiency is half of ``peak_fraction``."""
-        return self.peak_fraction * peak_tflops * 1e12 * self.overhead_us * 1e-6
-
-    def efficiency(self, flops: float, peak_tflops: float) -> float:
-        """Achieved fraction of peak for one kernel of ``flops``."""
-        if flops <= 0:
-            return 0.0
-        return flops / (self.time_s(flops, peak_tflops) * peak_tflops * 1e12)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MatmulEfficiency:
-    """Kernel efficiency of GEMMs plus tile quantization on the output dimensions."""
+    """GEMMs: share of peak per full tile, and the tile the wave quantization counts in."""
 
-    peak_fraction: float = field(metadata=bounds(gt=0, le=1))
-    overhead_us: float = field(metadata=bounds(ge=0))
-    tile: int = field(default=128, metadata=bounds(ge=1, doc="output tile edge m and n round up to"))
+    peak_fraction: float = field(metadata=bounds(gt=0.4, le=0.95, doc="bf16/fp16 share of peak per full tile"))
+    fp8_peak_fraction: float | None = field(default=None, metadata=bounds(
+        gt=0.3, le=0.95, doc="fp8 share of fp8 peak per full tile (null: the GPU has no fp8 tensor cores)"))
+    tile_m: int = field(default=128, metadata=bounds(ge=16, doc="output tile rows"))
+    tile_n: int = field(default=256, metadata=bounds(ge=16, doc="output tile columns"))
 
     def __post_init__(self) -> None:
         check_fields(self)
 
-    def padded_flops(self, m: int, n: int, k: int, batch: int = 1) -> float:
-        """FLOPs the tensor cores actually execute: m and n rounded up to whole tiles."""
-        t = self.tile
-        return 2.0 * batch * math.ceil(m / t) * t * math.ceil(n / t) * t * k
-
-    def compute_time_s(self, m: int, n: int, k: int, peak_tflops: float, batch: int = 1) -> float:
-        """Seconds for ``batch`` GEMMs (m×k)·(k×n) in one kernel, compute side only."""
-        if min(m, n, k, batch) <= 0:
-            return 0.0
-        throughput = self.peak_fraction * peak_tflops * 1e12
-        return self.overhead_us * 1e-6 + self.padded_flops(m, n, k, batch) / throughput
-
-    def efficiency(self, m: int, n: int, k: int, peak_tflops: float, batch: int = 1) -> float:
-        """Useful FLOPs (2·m·n·k·batch) per second over peak."""
-        useful = 2.0 * batch * m * n * k
-        t = self.compute_time_s(m, n, k, peak_tflops, batch)
-        return useful / (t * peak_tflops * 1e12) if t > 0 else 0.0
+    def fraction(self, lowp: bool) -> float:
+        """Share of peak per full tile for a high-precision (False) or fp8 (True) GEMM."""
+        if lowp and self.fp8_peak_fraction is not None:
+            return self.fp8_peak_fraction
+        return self.peak_fraction
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GpuEfficiency:
-    """All efficiency parameters of one GPU type."""
+    """All kernel-model parameters of one GPU type (see the module docstring)."""
 
     matmul: MatmulEfficiency
     attention_forward: KernelEfficiency
     attention_backward: KernelEfficiency
-    memory_fraction: float = field(metadata=bounds(gt=0, le=1, doc="share of HBM bandwidth reached"))
+    memory_fraction: float = field(metadata=bounds(gt=0.5, le=1, doc="share of HBM bandwidth a copy reaches"))
+    launch_us: float = field(metadata=bounds(ge=0.5, le=20, doc="fixed cost of one kernel"))
+    host_us: float = field(default=0.0, metadata=bounds(ge=0, le=50, doc="host time to dispatch one kernel"))
+    graph_launch_us: float = field(default=1.5, metadata=bounds(
+        ge=0.2, le=10, doc="gap between kernels replayed from a CUDA graph"))
+    fa2_attention_scale: float = field(default=1.0, metadata=bounds(
+        gt=0.2, le=1.0, doc="FlashAttention-2 throughput relative to the best attention kernel"))
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+
+def gemm_padded_flops(m, n, k, batch, tile_m: int, tile_n: int, sm_count: int):
+    """FLOPs the tensor cores spend on a (batched) GEMM, counting whole tiles and whole waves.
+
+    ``m x n`` outputs (per batch entry) are cut into ``tile_m x tile_n`` tiles;
+    all ``batch`` entries' tiles are spread over ``sm_count`` SMs in waves; every
+    tile of every wave costs ``2 * tile_m * tile_n * k``. When there are fewer
+    tiles than SMs, ``k`` is split so that the tiles fill a wave (split-K, as
+    cuBLAS does for skinny GEMMs). Arguments broadcast.
+    """
+    m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
+    tiles = np.ceil(m / tile_m) * np.ceil(n / tile_n) * batch
+    splits = np.maximum(np.floor(sm_count / np.maximum(tiles, 1)), 1)
+    waves = np.ceil(tiles * splits / sm_count)
+    return waves * sm_count * 2.0 * tile_m * tile_n * np.ceil(k / splits)

@@ -5,37 +5,91 @@ Why one place: the analytical model (vectorized over plans), the event replay
 ASTRA-sim must price the same kernel identically, or the backends disagree for
 reasons that have nothing to do with what they simulate.
 
-A kernel is described by its kind (:data:`KERNEL_CODES`), its FLOPs, the bytes
-it moves through HBM and whether it runs in backward. Matmuls cost the slower
-of tensor-core time (a fixed overhead plus FLOPs at the asymptotic fraction of
-peak) and HBM time; attention kernels cost their FLOPs at the attention
-efficiency (causal ones skip the masked half); vector kernels stream their
-bytes through HBM.
+A kernel is described by :class:`Kernels` (arrays, one entry per kernel, that
+broadcast against candidate plans): its family (:data:`KERNEL_CODES`), its
+FLOPs, the bytes it moves through HBM, its GEMM shape, its precision class and
+whether it runs in backward. Every kernel pays ``launch_us``; then
+
+* a **matmul** costs the slower of its tensor-core time (whole tiles in whole
+  waves over the SMs, :func:`~stageopt.hardware.efficiency.gemm_padded_flops`,
+  at the GEMM share of peak) and its HBM traffic;
+* an **attention** kernel costs its FLOPs at the flash-attention share of peak
+  (causal kernels skip the masked half);
+* a **vector** kernel streams its bytes at the achievable HBM bandwidth.
+
+No kernel takes less than ``host_us``, the time the framework's host thread needs
+to dispatch it: a run of tiny kernels is bound by the CPU, not the GPU.
+
+Precision: with ``dtype=fp8`` only the linear layers' GEMMs run in FP8 (the
+Transformer Engine recipe); attention, the router, the output layer and all
+elementwise work stay in BF16. An FP8 forward or data-gradient GEMM first casts
+its activation operand (read BF16, write FP8 and its transpose: twice the BF16
+bytes of that operand), priced as one extra memory-bound kernel.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from stageopt.hardware.efficiency import gemm_padded_flops
 from stageopt.hardware.machine import Hardware
 
 KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3}
 
+# Precision classes of a kernel (set by the graph): stays high precision; FP8-capable
+# GEMM that casts its activation operand first; FP8-capable GEMM whose operands were
+# cast already (weight gradient: it reuses the transposed copies made for the others).
+HIGH, LOWP_CAST, LOWP = 0, 1, 2
 
-def kernel_seconds(hw: Hardware, dtype: str, kernel: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
-                   backward: np.ndarray) -> np.ndarray:
-    """Seconds per kernel; arguments broadcast (e.g. ops x candidate plans).
 
-    ``kernel`` holds :data:`KERNEL_CODES`; ``flops`` counts tensor-core FLOPs
-    for matmul/attention kernels; ``nbytes`` is HBM traffic (read + written).
+@dataclass(frozen=True)
+class Kernels:
+    """A batch of kernels as arrays (any shapes that broadcast together)."""
+
+    code: np.ndarray
+    flops: np.ndarray
+    nbytes: np.ndarray
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    batch: np.ndarray
+    precision: np.ndarray
+    backward: np.ndarray
+    count: np.ndarray | int = 1  # kernels each entry stands for (eager elementwise ops launch several)
+
+
+def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best",
+                   cuda_graphs: bool = False) -> np.ndarray:
+    """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | fa2).
+
+    With ``cuda_graphs`` the kernels are replayed from a CUDA graph: each pays
+    ``graph_launch_us`` instead of the launch cost and no host dispatch time.
     """
     gpu, eff = hw.gpu, hw.gpu.efficiency
-    peak = gpu.peak(dtype) * 1e12
-    memory = nbytes / (gpu.hbm_gbps * 1e9 * eff.memory_fraction)
-    mm = eff.matmul
-    matmul = np.maximum(mm.overhead_us * 1e-6 + flops / (mm.peak_fraction * peak), mm.overhead_us * 1e-6 + memory)
-    fwd, bwd = eff.attention_forward, eff.attention_backward
-    attn_flops = flops * np.where(kernel == 2, 0.5, 1.0)
-    attention = np.where(backward, bwd.overhead_us * 1e-6 + attn_flops / (bwd.peak_fraction * peak),
-                         fwd.overhead_us * 1e-6 + attn_flops / (fwd.peak_fraction * peak))
-    return np.where(kernel == 3, memory, np.where(kernel == 0, matmul, attention))
+    fp8 = dtype == "fp8"
+    high = "bf16" if fp8 else dtype
+    launch = (eff.graph_launch_us if cuda_graphs else eff.launch_us) * 1e-6
+    host = 0.0 if cuda_graphs else eff.host_us * 1e-6
+    launches = np.asarray(kern.count, dtype=float)
+    bandwidth = gpu.hbm_gbps * 1e9 * eff.memory_fraction
+    memory = kern.nbytes / bandwidth
+    lowp = (kern.precision != HIGH) & fp8
+    peak = np.where(lowp, gpu.peak("fp8") if fp8 else 1.0, gpu.peak(high)) * 1e12
+    fraction = np.where(lowp, eff.matmul.fraction(True), eff.matmul.fraction(False))
+    shaped = kern.m * kern.n * kern.k * kern.batch > 0
+    padded = np.where(shaped, gemm_padded_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
+                                                np.maximum(kern.batch, 1), eff.matmul.tile_m, eff.matmul.tile_n,
+                                                gpu.sm_count), kern.flops)
+    cast = np.where(lowp & (kern.precision == LOWP_CAST),
+                    launch + 2.0 * 2.0 * kern.m * kern.k * kern.batch / bandwidth, 0.0)
+    matmul = launch + np.maximum(padded / (fraction * peak), memory) + cast
+    attn_peak = gpu.peak(high) * 1e12
+    attn_flops = kern.flops * np.where(kern.code == 2, 0.5, 1.0)
+    attn_fraction = np.where(kern.backward, eff.attention_backward.peak_fraction, eff.attention_forward.peak_fraction)
+    attn_fraction = attn_fraction * (eff.fa2_attention_scale if attention_kernel == "fa2" else 1.0)
+    attention = launch + attn_flops / (attn_fraction * attn_peak)
+    vector = launch * launches + memory
+    device = np.where(kern.code == 3, vector, np.where(kern.code == 0, matmul, attention))
+    return np.maximum(device, host * launches)

@@ -20,10 +20,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from stageopt.errors import ConfigError
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
-from stageopt.hardware.efficiency import GpuEfficiency
+from stageopt.hardware.efficiency import GpuEfficiency, gemm_padded_flops
 from stageopt.hardware.headroom import default_reserve_gib
+from stageopt.inputs.limits import MAX_GPUS
 from stageopt.inputs.schema import bounds, check_fields
 
 DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
@@ -54,12 +57,17 @@ class PeakTflops:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gpu:
-    """One accelerator: peak compute, HBM, and how close kernels get to peak."""
+    """One accelerator: peak compute, HBM, SM count, and how close kernels get to peak.
+
+    The scalar helpers below are the kernel model of :mod:`stageopt.hardware.kernels`
+    for one kernel (that module prices arrays of kernels for every backend).
+    """
 
     name: str
     peak_tflops: PeakTflops
     hbm_gib: float = field(metadata=bounds(gt=0))
     hbm_gbps: float = field(metadata=bounds(gt=0))
+    sm_count: int = field(metadata=bounds(ge=1, doc="streaming multiprocessors (compute units)"))
     efficiency: GpuEfficiency
     reserve_gib: float | None = field(default=None, metadata=bounds(
         ge=0, doc="HBM kept free per GPU (CUDA context, NCCL, allocator); null: stageopt.hardware.headroom default"))
@@ -82,22 +90,33 @@ class Gpu:
         return float(value)
 
     def memory_time_s(self, nbytes: float) -> float:
-        """Seconds to stream ``nbytes`` through HBM at the achievable fraction."""
+        """Seconds to stream ``nbytes`` through HBM at the achievable fraction (no launch cost)."""
         return nbytes / (self.hbm_gbps * 1e9 * self.efficiency.memory_fraction)
 
     def matmul_time_s(self, m: int, n: int, k: int, dtype: DType = "bf16", batch: int = 1) -> float:
-        """Roofline of one (batched) GEMM: the slower of compute and reading A, B and writing C."""
-        eff = self.efficiency.matmul
-        compute = eff.compute_time_s(m, n, k, self.peak(dtype), batch)
-        if compute == 0.0:
+        """One (batched) GEMM: launch, then the slower of whole-tile/whole-wave compute and HBM traffic.
+
+        ``dtype`` is the precision the GEMM itself runs in (no FP8 cast kernel here).
+        """
+        if min(m, n, k, batch) <= 0:
             return 0.0
+        eff = self.efficiency
+        padded = float(gemm_padded_flops(m, n, k, batch, eff.matmul.tile_m, eff.matmul.tile_n, self.sm_count))
+        compute = padded / (eff.matmul.fraction(dtype == "fp8") * self.peak(dtype) * 1e12)
         traffic = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
-        return max(compute, eff.overhead_us * 1e-6 + self.memory_time_s(traffic))
+        return max(eff.launch_us * 1e-6 + max(compute, self.memory_time_s(traffic)), eff.host_us * 1e-6)
 
     def attention_time_s(self, flops: float, backward: bool = False, dtype: DType = "bf16") -> float:
         """Seconds for a fused attention kernel of ``flops`` (forward or backward)."""
+        if flops <= 0:
+            return 0.0
         eff = self.efficiency.attention_backward if backward else self.efficiency.attention_forward
-        return eff.time_s(flops, self.peak(dtype))
+        device = self.efficiency.launch_us * 1e-6 + flops / (eff.peak_fraction * self.peak(dtype) * 1e12)
+        return max(device, self.efficiency.host_us * 1e-6)
+
+    def vector_time_s(self, nbytes: float) -> float:
+        """Seconds for one elementwise kernel moving ``nbytes`` through HBM."""
+        return np.maximum(self.efficiency.launch_us * 1e-6 + self.memory_time_s(nbytes), self.efficiency.host_us * 1e-6)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,11 +127,12 @@ class Node:
     the domain. For ``fully_connected`` it is spread over ``gpus - 1`` peer links.
     """
 
-    gpus: int = field(metadata=bounds(ge=1, doc="GPUs per scale-up domain"))
+    gpus: int = field(metadata=bounds(ge=1, le=MAX_GPUS, doc="GPUs per scale-up domain"))
     bandwidth_gbps: float = field(metadata=bounds(gt=0))
     latency_us: float = field(metadata=bounds(ge=0))
     topology: NodeTopology = "switch"
     collectives: CollectiveAlgorithms = CollectiveAlgorithms()
+    efficiency: float = field(default=1.0, metadata=bounds(gt=0.3, le=1.0, doc="bus bandwidth reached (nccl-tests)"))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -129,8 +149,9 @@ class ScaleOut:
     bandwidth_gbps: float = field(metadata=bounds(gt=0))
     latency_us: float = field(metadata=bounds(ge=0))
     topology: ScaleOutTopology = "fat_tree"
-    nodes: int | None = field(default=None, metadata=bounds(ge=2))
+    nodes: int | None = field(default=None, metadata=bounds(ge=2, le=MAX_GPUS))
     collectives: CollectiveAlgorithms = CollectiveAlgorithms()
+    efficiency: float = field(default=1.0, metadata=bounds(gt=0.3, le=1.0, doc="bus bandwidth reached (nccl-tests)"))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -146,11 +167,17 @@ class Tier:
     latency_us: float
     topology: str
     collectives: CollectiveAlgorithms
+    efficiency: float = 1.0
+
+    @property
+    def achieved_gbps(self) -> float:
+        """The bus bandwidth collectives reach on this tier (link bandwidth x efficiency)."""
+        return self.bandwidth_gbps * self.efficiency
 
     def collective_time_s(self, kind: CollectiveKind, size_bytes: float, n: int) -> float:
         """α-β time of ``kind`` over ``n`` ranks that talk over this tier."""
         algo = self.collectives.for_kind(kind)
-        return collective_time_s(kind, algo, size_bytes, n, self.bandwidth_gbps, self.latency_us)
+        return collective_time_s(kind, algo, size_bytes, n, self.achieved_gbps, self.latency_us)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -178,5 +205,6 @@ class Hardware:
         if self.interpod is not None:
             levels.append(("interpod", self.interpod.nodes, self.interpod))
         return tuple(Tier(name=name, members=members, bandwidth_gbps=t.bandwidth_gbps,
-                          latency_us=t.latency_us, topology=t.topology, collectives=t.collectives)
+                          latency_us=t.latency_us, topology=t.topology, collectives=t.collectives,
+                          efficiency=t.efficiency)
                      for name, members, t in levels)

@@ -3,12 +3,15 @@
 A communicator group whose consecutive members are ``stride`` ranks apart
 keeps ``n_in = min(n, node_gpus // stride)`` members inside one NVLink domain
 (ranks are laid out TP innermost, so small strides stay inside a node).
-Groups that span nodes run hierarchically: all-reduce as intra-node
-reduce-scatter, inter-node all-reduce of 1/n_in of the buffer, intra-node
-all-gather; all-gather and reduce-scatter as one intra- and one inter-node
-phase; all-to-all sends the share of each rank's buffer bound for other nodes
-over the scale-out tier. Each tier uses its own algorithm and α-β cost
-(:mod:`stageopt.hardware.collectives`).
+
+Every tier moves data at its *achieved* bus bandwidth (link bandwidth times the
+efficiency nccl-tests measures for large messages). A group inside one domain
+runs the domain's algorithm. A group spanning domains runs the way NCCL's rings
+do: one ring through all members, several channels in parallel, each leaving a
+domain through its own NIC (rail-optimized), so the ring's bandwidth is the
+smaller of the NVLink bandwidth and the domain's ``n_in`` NICs together, and
+every step waits for the scale-out latency. All-to-all sends the share of each
+rank's buffer bound for other domains over the scale-out tier.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from stageopt.hardware.machine import Hardware, Tier
 
 def _tier_time(tier: Tier, kind: str, size, n):
     steps, factor = alpha_beta_terms(kind, tier.collectives.for_kind(kind), n)
-    return steps * tier.latency_us * 1e-6 + factor * size / (tier.bandwidth_gbps * 1e9)
+    return steps * tier.latency_us * 1e-6 + factor * size / (tier.achieved_gbps * 1e9)
 
 
 def ranks_inside_node(hw: Hardware, n, stride):
@@ -37,33 +40,46 @@ def collective_time(hw: Hardware, kind: str, size, n, stride):
     inner, outer = hw.tiers[0], hw.tiers[1]
     n_in = ranks_inside_node(hw, n, stride)
     n_out = np.maximum(np.ceil(n / n_in), 1.0)
+    inside = _tier_time(inner, kind, size, n_in)
     if kind == "all_to_all":
-        intra = _tier_time(inner, kind, size * n_in / n, n_in)
         off_node = (n - n_in) / n * size
-        inter = np.where(n_out > 1, outer.latency_us * 1e-6 + off_node / (outer.bandwidth_gbps * 1e9), 0.0)
-        return intra + inter
-    if kind == "all_reduce":
-        flat = _tier_time(inner, kind, size, n_in)
-        hier = (_tier_time(inner, "reduce_scatter", size, n_in) + _tier_time(outer, kind, size / n_in, n_out)
-                + _tier_time(inner, "all_gather", size, n_in))
-        return np.where(n_out > 1, hier, flat)
-    return _tier_time(inner, kind, size, n_in) + _tier_time(outer, kind, size / n_in, n_out)
+        inter = outer.latency_us * 1e-6 + off_node / (outer.achieved_gbps * 1e9)
+        return np.where(n_out > 1, _tier_time(inner, kind, size * n_in / n, n_in) + inter, inside)
+    steps, factor = alpha_beta_terms(kind, outer.collectives.for_kind(kind), n)
+    ring_gbps = np.minimum(inner.achieved_gbps, n_in * outer.achieved_gbps)
+    spanning = steps * outer.latency_us * 1e-6 + factor * size / (ring_gbps * 1e9)
+    return np.where(n_out > 1, spanning, inside)
+
+
+def exposed_under_gemm(comm, gemm, chunks):
+    """Communication left exposed when pipelined chunk by chunk with the GEMMs it feeds or drains.
+
+    The collective and its GEMMs are split into ``chunks`` (the TP size): the
+    first GEMM chunk runs on local data while the next chunk moves, so all but
+    one chunk of GEMM work can hide communication (Megatron-Core / Transformer
+    Engine userbuffer overlap).
+    """
+    chunks = np.asarray(chunks, dtype=float)
+    return np.maximum(np.asarray(comm) - (chunks - 1) / chunks * np.asarray(gemm), 0.0)
 
 
 def p2p_time(hw: Hardware, size, stride):
     """One send between neighbouring pipeline stages, ``stride`` ranks apart."""
     crosses = np.asarray(stride, dtype=float) >= hw.node.gpus
     inner, outer = hw.tiers[0], hw.tiers[1]
-    t_in = inner.latency_us * 1e-6 + np.asarray(size, dtype=float) / (inner.bandwidth_gbps * 1e9)
-    t_out = outer.latency_us * 1e-6 + np.asarray(size, dtype=float) / (outer.bandwidth_gbps * 1e9)
+    size = np.asarray(size, dtype=float)
+    t_in = inner.latency_us * 1e-6 + size / (inner.achieved_gbps * 1e9)
+    t_out = outer.latency_us * 1e-6 + size / (outer.achieved_gbps * 1e9)
     return np.where(crosses, t_out, t_in)
 
 
-def flat_scaleout_time(hw: Hardware, kind: str, size, n):
-    """A collective run as one flat ring bound by each GPU's scale-out NIC.
+def pipeline_message_time(hw: Hardware, plan, boundary, tp, stride):
+    """One pipeline message of a ``boundary``-byte activation between stages ``stride`` ranks apart.
 
-    How ZeRO-3's per-layer gathers and scatters behaved at 384-2,240 A100s in
-    Narayanan et al. 2021, Table 2 (see experiments/validation): used for them
-    by both the analytical model and the replay.
+    Under scatter-gather (``plan.p2p_scatter_gather``) each TP rank sends its 1/tp
+    shard and the receiver re-gathers the activation over the TP group.
     """
-    return _tier_time(hw.tiers[1], kind, size, n)
+    if not plan.p2p_scatter_gather:
+        return p2p_time(hw, boundary, stride)
+    boundary = np.asarray(boundary, dtype=float)
+    return p2p_time(hw, boundary / tp, stride) + collective_time(hw, "all_gather", boundary, tp, 1)

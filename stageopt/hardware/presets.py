@@ -14,13 +14,14 @@ from pathlib import Path
 from stageopt.errors import ConfigError
 from stageopt.hardware.machine import Hardware
 from stageopt.inputs.schema import field_paths, from_mapping, is_group, load_yaml_mapping, parse_text, replace_path
+from stageopt.inputs.shipped import SIMULATORS_PACKAGE, shipped_dir, shipped_names
 
-SIMULATORS_DIR = Path(__file__).resolve().parents[2] / "simulators"
+SIMULATORS_DIR = shipped_dir(SIMULATORS_PACKAGE)  # the checkout's simulators/, or stageopt/simulators/ in a wheel
 PRESETS_DIR = SIMULATORS_DIR / "hardware"
 
 def list_hardware_presets() -> list[str]:
     """Names of the YAML presets shipped in ``simulators/hardware/``."""
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    return shipped_names(PRESETS_DIR)
 
 
 def hardware_from_dict(data: Mapping[str, object], where: str = "hardware") -> Hardware:

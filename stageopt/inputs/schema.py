@@ -20,12 +20,14 @@ import math
 import types
 import typing
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-import yaml
-
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import load_yaml_mapping, shorten
+from stageopt.inputs.limits import MAX_CONFIG_NUMBER, check_finite
+
+__all__ = ["bounds", "check_fields", "field_paths", "from_mapping", "is_group", "load_yaml_mapping", "parse_text",
+           "replace_path"]
 
 T = TypeVar("T")
 
@@ -50,14 +52,14 @@ def check_fields(obj: object) -> None:
         if value is None or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{cls_name}.{f.name} = {value!r} is not finite; give a finite number")
+            raise ConfigError(f"{cls_name}.{f.name} = {shorten(value)} is not finite; give a finite number")
         gt, ge, le = f.metadata.get("gt"), f.metadata.get("ge"), f.metadata.get("le")
         if gt is not None and not value > gt:
-            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be > {gt:g}; give a positive value")
+            raise ConfigError(f"{cls_name}.{f.name} = {shorten(value)} must be > {gt:g}; give a value above {gt:g}")
         if ge is not None and not value >= ge:
-            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be >= {ge:g}; give a value of at least {ge:g}")
+            raise ConfigError(f"{cls_name}.{f.name} = {shorten(value)} must be >= {ge:g}; give a value of at least {ge:g}")
         if le is not None and not value <= le:
-            raise ConfigError(f"{cls_name}.{f.name} = {value!r} must be <= {le:g}; give a value of at most {le:g}")
+            raise ConfigError(f"{cls_name}.{f.name} = {shorten(value)} must be <= {le:g}; give a value of at most {le:g}")
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -93,35 +95,36 @@ def _coerce(tp: Any, value: object, where: str) -> object:
         return None if value is None else _coerce(inner, value, where)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where} = {value!r} must be {_type_name(tp)} with keys "
+            raise ConfigError(f"{where} = {shorten(value)} must be {_type_name(tp)} with keys "
                               f"{', '.join(f.name for f in dataclasses.fields(tp))}")
         return from_mapping(tp, value, where)  # type: ignore[arg-type]
     if get_origin(tp) is Literal:
         if value not in get_args(tp):
-            raise ConfigError(f"{where} = {value!r} must be {_type_name(tp)}")
+            raise ConfigError(f"{where} = {shorten(value)} must be {_type_name(tp)}")
         return value
     if get_origin(tp) is tuple:  # tuple[X, ...]: a YAML list of X
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} = {value!r} must be {_type_name(tp)}")
+            raise ConfigError(f"{where} = {shorten(value)} must be {_type_name(tp)}")
         return tuple(_coerce(get_args(tp)[0], v, f"{where}[{i}]") for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where} = {value!r} must be true or false")
+            raise ConfigError(f"{where} = {shorten(value)} must be true or false")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             hint = " (YAML reads 1e3 as text: write 1.0e3 or 1000)" if isinstance(value, str) else ""
-            raise ConfigError(f"{where} = {value!r} is not a number; give a number{hint}")
-        return float(value)
+            raise ConfigError(f"{where} = {shorten(value)} is not a number; give a number{hint}")
+        return check_finite(value, where)
     if tp is int:
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} = {value!r} is not an integer; give a whole number")
+            raise ConfigError(f"{where} = {shorten(value)} is not an integer; give a whole number")
+        check_finite(value, where, high=MAX_CONFIG_NUMBER)
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where} = {value!r} must be text")
+            raise ConfigError(f"{where} = {shorten(value)} must be text")
         return value
     raise TypeError(f"unsupported annotation {tp!r} at {where}")  # a bug in a config class
 
@@ -138,7 +141,7 @@ def from_mapping(cls: type[T], data: Mapping[str, object], where: str) -> T:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             fix = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(fields)}"
-            raise ConfigError(f"{where}: unknown key '{key}'; {fix}")
+            raise ConfigError(f"{where}: unknown key {shorten(key)}; {fix}")
     missing = [name for name, f in fields.items() if name not in data
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
@@ -176,16 +179,16 @@ def parse_text(tp: Any, text: str, where: str) -> object:
     if tp is float or tp is int:
         try:
             number = float(raw) if tp is float else int(raw)
-        except ValueError:
+        except (ValueError, OverflowError):
             try:
                 number = float(raw)
             except ValueError:
-                raise ConfigError(f"{where} = {raw!r} is not a number; give e.g. {where}=100") from None
+                raise ConfigError(f"{where} = {shorten(raw)} is not a number; give e.g. {where}=100") from None
         return _coerce(tp, number, where)
     if tp is bool:
         lowered = raw.lower()
         if lowered not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-            raise ConfigError(f"{where} = {raw!r} must be true or false")
+            raise ConfigError(f"{where} = {shorten(raw)} must be true or false")
         return lowered in ("true", "1", "yes", "on")
     return _coerce(tp, raw, where)
 
@@ -199,38 +202,3 @@ def replace_path(obj: T, path: list[str], value: object) -> T:
     head, rest = path[0], path[1:]
     new = value if not rest else replace_path(getattr(obj, head), rest, value)
     return dataclasses.replace(obj, **{head: new})  # type: ignore[type-var]
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently)."""
-
-
-def _mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set[object] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            mark = key_node.start_mark
-            raise ConfigError(f"{mark.name}:{mark.line + 1}: duplicate key '{key}'; keep only one")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_no_duplicates)
-
-
-def load_yaml_mapping(path: Path) -> Mapping[str, object]:
-    """Read a YAML file whose top level must be a mapping; one-line errors for bad syntax."""
-    try:
-        with path.open(encoding="utf-8") as stream:
-            data = yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror}; check the path") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{where}: malformed YAML ({problem}); fix the syntax") from None
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
-    return data

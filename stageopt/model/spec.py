@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import shorten
+from stageopt.inputs.limits import MODEL_BOUNDS, check_count
 
 FAMILIES = ("gpt", "llama", "moe")
 NORMS = ("layernorm", "rmsnorm")
@@ -27,7 +29,12 @@ class ModelSpec:
     routed (and shared) expert. ``dense_layers`` leading layers of an MoE model
     are dense (DeepSeek-V3 has three). ``attention="eager"`` materializes the
     s x s score matrix (as in Korthikanti et al. 2022); ``"flash"`` keeps only
-    the log-sum-exp for backward.
+    the log-sum-exp for backward. ``expert_capacity`` is the tokens the busiest
+    expert-parallel rank processes relative to a perfectly balanced share: 1.0
+    for force-balanced routing (how benchmark tables run MoE models), the load
+    factor of the busiest rank for dropless routing (aux-loss-balanced training
+    typically sees 1.1-1.3), or the capacity factor with token dropping (experts
+    run padded to it). Expert GEMMs, permutes and all-to-alls scale with it.
     """
 
     name: str = "custom"
@@ -52,6 +59,7 @@ class ModelSpec:
     bias: bool = False
     dropout: bool = False
     attention: str = "flash"
+    expert_capacity: float = 1.0
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -74,25 +82,39 @@ class ModelSpec:
         return dataclasses.replace(self, **changes)
 
 
-def _require_positive(spec: ModelSpec, names: tuple[str, ...]) -> None:
+def _require_count(spec: ModelSpec, names: tuple[str, ...], low: int) -> None:
+    """Integers from ``low`` up to the physical bound of :data:`MODEL_BOUNDS` (stated in the error)."""
     for name in names:
         value = getattr(spec, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"model field '{name}' must be a positive integer, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            kind = "a positive" if low > 0 else "a non-negative"
+            raise ConfigError(f"model field '{name}' must be {kind} integer, got {shorten(value)}")
+        bound, why = MODEL_BOUNDS[name]
+        check_count(value, f"model field '{name}'", low=low, high=bound, why=why)
+
+
+def _require_types(spec: ModelSpec) -> None:
+    for name, longest in (("name", 1000), ("notes", 100_000)):
+        if not isinstance(getattr(spec, name), str):
+            raise ConfigError(f"model field '{name}' must be text, got {shorten(getattr(spec, name))}")
+        if len(getattr(spec, name)) > longest:
+            raise ConfigError(f"model field '{name}' is {len(getattr(spec, name)):,} characters long; "
+                              f"keep it under {longest:,} (it is printed in every report)")
+    for name in ("tied_embeddings", "bias", "dropout"):
+        if not isinstance(getattr(spec, name), bool):
+            raise ConfigError(f"model field '{name}' must be true or false, got {shorten(getattr(spec, name))}")
 
 
 def _require_choice(spec: ModelSpec, name: str, choices: tuple[str, ...]) -> None:
     value = getattr(spec, name)
     if value not in choices:
-        raise ConfigError(f"model field '{name}' must be one of {', '.join(choices)}, got {value!r}")
+        raise ConfigError(f"model field '{name}' must be one of {', '.join(choices)}, got {shorten(value)}")
 
 
 def _validate(spec: ModelSpec) -> None:
-    _require_positive(spec, ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"))
-    for name in ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim"):
-        value = getattr(spec, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"model field '{name}' must be a non-negative integer, got {value!r}")
+    _require_types(spec)
+    _require_count(spec, ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"), 1)
+    _require_count(spec, ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim"), 0)
     _require_choice(spec, "family", FAMILIES)
     _require_choice(spec, "norm", NORMS)
     _require_choice(spec, "activation", ACTIVATIONS)
@@ -112,5 +134,8 @@ def _validate(spec: ModelSpec) -> None:
             raise ConfigError(f"model: top_k={spec.top_k} exceeds experts={spec.experts}; lower top_k")
         if spec.family != "moe":
             raise ConfigError(f"model: experts={spec.experts} set on family={spec.family}; use family=moe")
+        if not 0 < spec.expert_capacity <= spec.experts / spec.top_k:
+            raise ConfigError(f"model: expert_capacity={spec.expert_capacity} must be in (0, experts/top_k="
+                              f"{spec.experts / spec.top_k:g}]; 1.0 is perfectly balanced routing")
         if spec.dense_layers >= spec.layers:
             raise ConfigError(f"model: dense_layers={spec.dense_layers} must be below layers={spec.layers}")

@@ -12,8 +12,10 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 
-from stageopt.errors import InfeasiblePlan
+from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
+from stageopt.inputs.gate import clip, shorten
+from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -57,20 +59,24 @@ class Plan:
         for name in ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InfeasiblePlan(f"plan field '{name}' must be a positive integer, got {value!r}")
+                raise InfeasiblePlan(f"plan field '{name}' must be a positive integer, got {shorten(value)}")
+            _within_bound(name, value)
+        if self.gpus > MAX_GPUS:
+            raise InfeasiblePlan(f"plan: dp*tp*cp*pp = {self.gpus:.3g} GPUs is above the bound {MAX_GPUS:.0e} "
+                                 "(the largest clusters have ~10^6 GPUs); check the degrees for a typo")
         self._fill_from_framework()
         if self.zero not in (0, 1, 2, 3):
-            raise InfeasiblePlan(f"plan field 'zero' must be 0, 1, 2 or 3, got {self.zero!r}")
+            raise InfeasiblePlan(f"plan field 'zero' must be 0, 1, 2 or 3, got {shorten(self.zero)}")
         if self.recompute not in RECOMPUTE:
             raise InfeasiblePlan(f"plan field 'recompute' must be one of {', '.join(RECOMPUTE)}, "
-                                 f"got {self.recompute!r}")
+                                 f"got {shorten(self.recompute)}")
         if self.schedule not in SCHEDULES:
             raise InfeasiblePlan(f"plan field 'schedule' must be one of {', '.join(SCHEDULES)}, "
-                                 f"got {self.schedule!r}")
+                                 f"got {shorten(self.schedule)}")
         for name in ("dtype", "grad_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
-                                     f"got {getattr(self, name)!r}")
+                                     f"got {shorten(getattr(self, name))}")
         if self.vpp > 1 and self.schedule != "interleaved":
             raise InfeasiblePlan(f"plan: vpp={self.vpp} needs schedule=interleaved "
                                  f"(got schedule={self.schedule}); set schedule=interleaved or vpp=1")
@@ -96,6 +102,11 @@ class Plan:
     def microbatches(self) -> int:
         """Micro-batches each pipeline runs per iteration."""
         return self.gbs // (self.mbs * self.dp)
+
+    @property
+    def p2p_scatter_gather(self) -> bool:
+        """Pipeline messages carry a 1/tp shard (SP off, tp > 1, the stack scatters and re-gathers)."""
+        return self.framework.pipeline_scatter_gather and not self.sp and self.tp > 1
 
     @property
     def edp(self) -> int:
@@ -134,6 +145,8 @@ class Plan:
         if framework is not None and named is not None and named != framework.name:
             raise InfeasiblePlan(f"plan says framework={named} but --framework is {framework.name}; give one")
         fields["framework"] = framework or load_profile(named)
+        if gpus is not None:
+            check_gpus(gpus)
         for name in ("tp", "cp", "pp"):
             value = fields.get(name, 1)
             if value < 1:
@@ -152,6 +165,14 @@ class Plan:
         return cls(**fields)
 
 
+def _within_bound(name: str, value: int) -> None:
+    bound, why = PLAN_BOUNDS[name]
+    try:
+        check_count(value, f"plan field '{name}'", low=1, high=bound, why=why)
+    except ConfigError as err:
+        raise InfeasiblePlan(str(err)) from None
+
+
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp"}
@@ -164,21 +185,21 @@ def parse_plan_fields(text: str) -> dict[str, object]:
         key, sep, raw = item.partition("=")
         key = _ALIASES.get(key, key)
         if not sep or not raw:
-            raise InfeasiblePlan(f"plan item '{item}' is not key=value; write e.g. \"tp=8 pp=4\"")
+            raise InfeasiblePlan(f"plan item '{clip(item)}' is not key=value; write e.g. \"tp=8 pp=4\"")
         if key not in known:
             hint = difflib.get_close_matches(key, known, n=1)
             fix = f"did you mean '{hint[0]}'?" if hint else f"known keys: {' '.join(known)}"
-            raise InfeasiblePlan(f"plan: unknown key '{key}'; {fix}")
+            raise InfeasiblePlan(f"plan: unknown key '{clip(key)}'; {fix}")
         if key in fields:
             raise InfeasiblePlan(f"plan: '{key}' is given twice; keep one")
         if key in _INT_FIELDS:
             try:
                 fields[key] = int(raw)
             except ValueError:
-                raise InfeasiblePlan(f"plan: {key}={raw} is not an integer") from None
+                raise InfeasiblePlan(f"plan: {key}={clip(raw)} is not an integer") from None
         elif key in _BOOL_FIELDS:
             if raw.lower() not in ("on", "off", "true", "false", "1", "0"):
-                raise InfeasiblePlan(f"plan: {key}={raw} must be on or off")
+                raise InfeasiblePlan(f"plan: {key}={clip(raw)} must be on or off")
             fields[key] = raw.lower() in ("on", "true", "1")
         else:
             fields[key] = raw

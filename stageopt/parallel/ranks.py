@@ -95,11 +95,16 @@ def pp_peer(plan: Plan, rank: int, stage: int) -> int:
 
 
 def group_stride(plan: Plan, kind: str) -> int:
-    """Rank distance between neighbouring members of a ``kind`` group (1 for TP)."""
+    """Rank distance between neighbouring members of a ``kind`` group (1 for TP).
+
+    Axes of degree 1 are skipped: with cp = 1 an expert-gradient group
+    (``edp_cp``) steps by ``tp * ep``, not ``tp``.
+    """
     stride = 1
     axes = GROUP_AXES[kind]
+    degrees = _degrees(plan)
     for axis in _COORD_ORDER:
-        if axis in axes:
+        if axis in axes and degrees[axis] > 1:
             return stride
-        stride *= _degrees(plan)[axis]
+        stride *= degrees[axis]
     return stride

@@ -17,6 +17,7 @@ node, their outputs simply stand for their inputs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -24,7 +25,8 @@ import numpy as np
 import sympy as sp
 
 from stageopt.graph.block import BlockGraph, build_block
-from stageopt.graph.compile import kernel_name
+from stageopt.graph.compile import gemm_shape, kernel_name
+from stageopt.graph.overlap import overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
@@ -38,7 +40,7 @@ class OpShape:
 
     ``kind``: ``comp`` (a kernel), ``coll`` (a collective on ``axis``) or
     ``alias`` (a view or data-free reshard). ``values`` indexes the evaluated
-    vector: comp -> (num_ops, tensor_size), coll -> (input bytes, output bytes).
+    vector: comp -> (num_ops, tensor_size, m, n, k, batch), coll -> (input bytes, output bytes).
     """
 
     name: str
@@ -51,6 +53,9 @@ class OpShape:
     outputs: tuple[int, ...]
     values: int
     kernel: str = ""  # comp: matmul | attention | attention_causal | vector
+    precision: int = 0  # comp: the kernel model's precision class (stageopt.hardware.kernels)
+    launches: int = 1  # comp: kernels the op stands for
+    hides: tuple[int, ...] = ()  # coll: positions (in the same phase tuple) of the GEMMs it overlaps
 
 
 @dataclass(frozen=True)
@@ -79,16 +84,18 @@ def _shape(op: Op, phase: str, index: int) -> OpShape:
     groups = tuple(sorted({t.param_group for t in op.inputs if t.role == "weight"}))
     outputs = tuple(t.uid for t in op.outputs)
     if op.kind in COMPUTE_KINDS:
-        return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel_name(op))
+        return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel_name(op),
+                       op.attrs.get("precision", 0), op.launches)
     if op.kind == "comm" and op.collective is not None:
         c = op.collective
         return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index)
     return OpShape(op.name, phase, "alias", "", "", inputs, groups, outputs, -1)
 
 
-def _values(op: Op) -> tuple[sp.Expr, sp.Expr]:
+def _values(op: Op) -> tuple[sp.Expr, ...]:
+    """comp: FLOPs, bytes, then the GEMM shape (m, n, k, batch); coll: input and output bytes."""
     if op.kind in COMPUTE_KINDS:
-        return op.flops + op.vector_flops, op.bytes_read + op.bytes_written
+        return (op.flops + op.vector_flops, op.kernel_bytes, *gemm_shape(op))
     assert op.collective is not None
     return op.collective.input_bytes, op.collective.output_bytes
 
@@ -110,10 +117,13 @@ def block_ops(kind: str, arch: Arch, recompute: str) -> BlockOps:
 
     def phase_ops(ops: tuple[Op, ...]) -> tuple[OpShape, ...]:
         out = []
-        for op in ops:
+        partners = overlap_partners(ops)
+        for i, op in enumerate(ops):
             shape = _shape(op, op.phase, len(exprs))
             if shape.kind != "alias":
                 exprs.extend(_values(op))
+            if i in partners:
+                shape = dataclasses.replace(shape, hides=partners[i])
             out.append(shape)
         return tuple(out)
 

@@ -7,6 +7,11 @@ endpoints hold ``SELF``/``NEXT``/``PREV`` (negative, so never a real rank).
 :class:`stageopt.chakra.TraceTemplate` splices them into the bytes it
 serialized once.
 
+Compute nodes carry their time in ``duration_micros``, from the same kernel
+model the replay and analytical backends use (:func:`compute_micros` over
+:func:`stageopt.program.durations.node_durations`); the written ``system.json``
+turns ASTRA-sim's roofline off, so ASTRA-sim times each kernel by that field.
+
 Attributes per node type, in this order (ASTRA-sim reads them by name):
 COMP ``num_ops`` (FLOPs), ``tensor_size`` (bytes read + written),
 ``is_cpu_op`` false; COMM_COLL ``comm_type``, ``comm_size`` (bytes),
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from stageopt.chakra import CommType, NodeType, TraceTemplate, make_node
 from stageopt.parallel.plan import Plan
 from stageopt.program.groups import GroupTable
@@ -28,11 +35,30 @@ _COMM_TYPES = {"all_reduce": CommType.ALL_REDUCE, "all_gather": CommType.ALL_GAT
                "reduce_scatter": CommType.REDUCE_SCATTER, "all_to_all": CommType.ALL_TO_ALL}
 
 
-def chakra_node(n: ProgramNode) -> Any:
+def compute_micros(program: StageProgram, seconds: np.ndarray) -> np.ndarray:
+    """Whole microseconds per node for ``duration_micros``: compute nodes only, 0 elsewhere.
+
+    ASTRA-sim 518bd51 reads an integer number of microseconds. Compute nodes
+    form one chain in id order (each waits for the previous), so the running
+    sum of their times is rounded, not each time: every node is within 1 us of
+    its model time and every point of the stream within 0.5 us, however many
+    kernels come before it (rounding each kernel alone would let a stage of
+    thousands of 2.4 us kernels drift by 0.4 us each).
+    """
+    out = np.zeros(len(program.nodes), dtype=np.int64)
+    comp = np.array([n.id for n in program.nodes if n.type == COMP], dtype=np.int64)
+    if comp.size:
+        ends = np.rint(np.cumsum(np.asarray(seconds, dtype=float)[comp] * 1e6))
+        out[comp] = np.diff(ends, prepend=0.0).astype(np.int64)
+    return out
+
+
+def chakra_node(n: ProgramNode, duration_micros: int = 0) -> Any:
     """One program node as a Chakra ``Node`` with placeholders for rank-specific fields."""
     common = dict(ctrl_deps=n.ctrl_deps, data_deps=n.data_deps)
     if n.type == COMP:
-        return make_node(n.id, n.name, NodeType.COMP_NODE, **common, num_ops=n.num_ops,
+        return make_node(n.id, n.name, NodeType.COMP_NODE, **common, duration_micros=int(duration_micros),
+                         num_ops=n.num_ops,
                          tensor_size=n.tensor_size, is_cpu_op=False)
     if n.type == COLL:
         return make_node(n.id, n.name, NodeType.COMM_COLL_NODE, **common, comm_type=int(_COMM_TYPES[n.collective]),
@@ -46,9 +72,9 @@ def chakra_node(n: ProgramNode) -> Any:
                      comm_tag=n.tag, comm_size=n.comm_size, is_cpu_op=False)
 
 
-def stage_template(program: StageProgram) -> TraceTemplate:
-    """Serialize a stage's nodes once."""
-    return TraceTemplate(chakra_node(n) for n in program.nodes)
+def stage_template(program: StageProgram, micros: np.ndarray) -> TraceTemplate:
+    """Serialize a stage's nodes once; ``micros`` from :func:`compute_micros`."""
+    return TraceTemplate(chakra_node(n, int(m)) for n, m in zip(program.nodes, micros))
 
 
 def rank_patches(plan: Plan, groups: GroupTable, rank: int) -> dict[str, dict[Any, Any]]:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, kernel_seconds
-from stageopt.hardware.network import collective_time, flat_scaleout_time, p2p_time
+from stageopt.hardware.kernels import KERNEL_CODES, Kernels, kernel_seconds
+from stageopt.hardware.network import collective_time, exposed_under_gemm, pipeline_message_time
 from stageopt.parallel.ranks import group_stride
+
+DP_GROUP_NAMES = ("dp_cp", "edp_cp")  # the data-parallel communicators (stage_program.DP_GROUPS)
 from stageopt.program.nodes import COLL, COMP, SEND, StageProgram
 from stageopt.workload import Workload
 
@@ -27,10 +29,15 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
     comp = [n for n in nodes if n.type == COMP]
     if comp:
         idx = np.array([n.id for n in comp])
-        out[idx] = kernel_seconds(
-            hw, plan.dtype, np.array([KERNEL_CODES[n.kernel] for n in comp]),
-            np.array([n.num_ops for n in comp], dtype=float), np.array([n.tensor_size for n in comp], dtype=float),
-            np.array([n.phase == "bwd" for n in comp]))
+        shape = np.array([n.gemm for n in comp], dtype=float).T
+        out[idx] = kernel_seconds(hw, plan.dtype, Kernels(
+            code=np.array([KERNEL_CODES[n.kernel] for n in comp]),
+            flops=np.array([n.num_ops for n in comp], dtype=float),
+            nbytes=np.array([n.tensor_size for n in comp], dtype=float),
+            m=shape[0], n=shape[1], k=shape[2], batch=shape[3],
+            precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
+            count=np.array([n.launches for n in comp])),
+            plan.framework.attention_kernel)
     by_kind: dict[tuple[str, str, int], list] = {}
     for n in nodes:
         if n.type == COLL:
@@ -38,13 +45,32 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
     for (collective, group, size), members in by_kind.items():
         idx = np.array([n.id for n in members])
         sizes = np.array([n.comm_size for n in members], dtype=float) * (size if collective == "all_gather" else 1)
-        out[idx] = collective_time(hw, collective, sizes, size, group_stride(plan, group))
-    for n in nodes:
-        if n.type == COLL and n.phase == "zero3":
-            size = n.comm_size * n.group_size if n.collective == "all_gather" else n.comm_size
-            out[n.id] = flat_scaleout_time(hw, n.collective, size, n.group_size)
+        buckets = np.array([collective_buckets(n, s, plan) for n, s in zip(members, sizes)])
+        out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group))
+    if plan.tp_overlap:
+        for n in nodes:
+            if n.type == COLL and n.overlap:
+                out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), plan.tp)
     sends = [n for n in nodes if n.type == SEND]
     if sends:
         idx = np.array([n.id for n in sends])
-        out[idx] = p2p_time(hw, np.array([n.comm_size for n in sends], dtype=float), group_stride(plan, "pp"))
+        sizes = np.array([n.comm_size for n in sends], dtype=float)
+        whole = sizes * plan.tp if plan.p2p_scatter_gather else sizes
+        out[idx] = pipeline_message_time(hw, plan, whole, plan.tp, group_stride(plan, "pp"))
     return out
+
+
+def collective_buckets(node, size: float, plan) -> float:
+    """How many collectives the stack issues for one data-parallel node (each pays the latency).
+
+    Gradient syncs go in buckets of ``grad_bucket_params``; ZeRO-3 gathers and
+    scatters in buckets of ``zero3_bucket_params`` (None: the node's block at once).
+    ``size`` is the whole buffer (an all-gather's output). The trace writer
+    issues the same number of collectives (:mod:`stageopt.program.tier_split`).
+    """
+    stack = plan.framework
+    bucket = {"dp": stack.grad_bucket(plan.dp * plan.cp), "zero3": stack.zero3_bucket_params}.get(node.phase)
+    if bucket is None or node.group not in DP_GROUP_NAMES:
+        return 1.0
+    per_param = plan.dtype_bytes if node.collective == "all_gather" else plan.grad_bytes
+    return max(float(np.ceil(size / per_param / bucket)), 1.0)

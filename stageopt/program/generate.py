@@ -13,21 +13,28 @@ searching groups per rank.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from stageopt.astrasim.config_writer import astra_sim_configs, write_astra_sim_configs
 from stageopt.astrasim.runner import ENV_VAR
 from stageopt.chakra import TraceTemplate, write_comm_groups
+from stageopt.console import progress as console_progress
 from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
-from stageopt.program.chakra_emit import rank_patches, stage_template
+from stageopt.parallel.ranks import group_size
+from stageopt.program.chakra_emit import compute_micros, rank_patches, stage_template
+from stageopt.program.durations import node_durations
 from stageopt.program.groups import GroupTable
+from stageopt.program.nodes import StageProgram
 from stageopt.program.stage_program import ProgramOptions, build_programs
+from stageopt.program.tier_split import split_buckets, split_kinds, split_program
 from stageopt.workload import Workload
 
 SCRIPT_NAME = "run_astrasim.sh"
@@ -45,6 +52,8 @@ class GenerateResult:
     bytes_written: int  # trace bytes
     files: tuple[Path, ...]  # non-trace files
     command: str
+    programs: tuple[StageProgram, ...] = ()  # the stage programs as written (kernel times, split collectives)
+    system: dict | None = None  # the system.json written
 
 
 def parse_ranks(text: str | None, world: int) -> list[int]:
@@ -122,40 +131,56 @@ def _write_bytes(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+def lowered_programs(work: Workload, hw: Hardware, options: ProgramOptions | None = None
+                     ) -> tuple[list[StageProgram], list[np.ndarray]]:
+    """The stage programs as written: kernel times in whole microseconds, data-parallel collectives in
+    their buckets, node-spanning collectives split by tier.
+
+    Durations come from :func:`stageopt.program.durations.node_durations`, the
+    replay's own numbers, so a change to the kernel model reaches the traces.
+    """
+    programs = build_programs(work, options)
+    split = split_kinds(work.plan, set().union(*(p.groups_used() for p in programs)), hw.node.gpus)
+    out = [split_program(*split_buckets(p, compute_micros(p, node_durations(p, work, hw)), work.plan), split)
+           for p in programs]
+    return [p for p, _ in out], [m for _, m in out]
+
+
 def generate(work: Workload, hw: Hardware, out: Path | str, *, ranks: Sequence[int] | None = None,
              prefix: str = "workload", options: ProgramOptions | None = None,
              progress: bool = False) -> GenerateResult:
-    """Write the trace set for ``ranks`` (default: all) and the files ASTRA-sim needs beside it."""
+    """Write the trace set for ``ranks`` (default: all) and the files ASTRA-sim needs beside it.
+
+    ``progress``: show ranks written, rate and ETA on stderr (a live bar on a terminal,
+    a status line every few seconds in a log; silent when the work is short).
+    """
     plan = work.plan
     world = plan.gpus
     astra_sim_configs(hw, world, dtype=plan.dtype)  # a machine that cannot hold the ranks fails before any write
     out = prepare_out_dir(Path(out))
     todo = list(range(world)) if ranks is None else list(ranks)
-    programs = build_programs(work, options)
-    groups = GroupTable(plan, set().union(*(p.groups_used() for p in programs)))
-    configs = write_astra_sim_configs(hw, world, out, dtype=plan.dtype)
+    programs, micros = lowered_programs(work, hw, options)
+    kinds = set().union(*(p.groups_used() for p in programs))
+    groups = GroupTable(plan, kinds, hw.node.gpus)
+    whole_world = any("@" not in k and group_size(plan, k) == world for k in kinds)
+    configs = write_astra_sim_configs(hw, world, out, dtype=plan.dtype, subgroups_only=not whole_world)
+    system = json.loads(configs.system.read_text(encoding="utf-8"))
     write_comm_groups(out / GROUPS_NAME, groups.comm_groups())
     per_stage = world // plan.pp
     templates: dict[int, TraceTemplate] = {}
     written = 0
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(todo), unit="rank", file=sys.stderr, desc="writing traces", leave=False)
     base = os.path.join(str(out), prefix)
-    for rank in todo:
-        stage = rank // per_stage
-        template = templates.get(stage)
-        if template is None:
-            template = templates[stage] = stage_template(programs[stage])
-        data = template.render(rank_patches(plan, groups, rank))
-        _write_bytes(f"{base}.{rank}.et", data)
-        written += len(data)
-        if bar is not None:
+    with console_progress(len(todo), "writing traces", unit="rank", enabled=progress) as bar:
+        for rank in todo:
+            stage = rank // per_stage
+            template = templates.get(stage)
+            if template is None:
+                template = templates[stage] = stage_template(programs[stage], micros[stage])
+            data = template.render(rank_patches(plan, groups, rank))
+            _write_bytes(f"{base}.{rank}.et", data)
+            written += len(data)
             bar.update()
-    if bar is not None:
-        bar.close()
     script = _write_script(out, prefix)
     files = (out / GROUPS_NAME, configs.system, configs.network, configs.memory, script)
     return GenerateResult(out_dir=out, prefix=prefix, ranks=len(todo), world=world, bytes_written=written,
-                          files=files, command=astra_command(out, prefix))
+                          files=files, command=astra_command(out, prefix), programs=tuple(programs), system=system)

@@ -6,6 +6,10 @@ order (tp, cp, ep, dp_cp, edp_cp, ...), groups of one kind in
 coincide (``edp_cp`` is ``dp_cp`` when ep = 1) share ids, so a set of ranks is
 listed once. Kinds of size one have no groups (their collectives are dropped
 from the programs). A rank's id for a kind is one array lookup.
+
+A kind written ``<kind>@node`` or ``<kind>@nodes`` (see
+:mod:`stageopt.program.tier_split`) is a kind's groups cut by node: the
+members that share a node, or one member per node at the same position in it.
 """
 
 from __future__ import annotations
@@ -18,31 +22,72 @@ from stageopt.parallel.plan import Plan
 from stageopt.parallel.ranks import GROUP_AXES, all_groups
 
 KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "edp", "pp", "tp_dp_cp", "tp_edp_cp")
+TIER_PARTS = ("", "node", "nodes")  # a whole group, its members in one node, one member per node
+
+
+def split_kind(kind: str) -> tuple[str, str]:
+    """``"dp_cp@node"`` -> ``("dp_cp", "node")``; a plain kind has part ``""``."""
+    base, _, part = kind.partition("@")
+    return base, part
+
+
+def members_per_node(rows: np.ndarray, node_gpus: int) -> int:
+    """How many members of every group share a node, or 0 if that differs between nodes or groups."""
+    if rows.size == 0:
+        return 0
+    nodes = rows // node_gpus
+    n = rows.shape[1]
+    per = int(np.count_nonzero(nodes[0] == nodes[0, 0]))
+    if n % per:
+        return 0
+    blocks = nodes.reshape(len(rows), n // per, per)
+    same = (blocks == blocks[:, :, :1]).all()
+    distinct = per == n or (np.diff(blocks[:, :, 0], axis=1) > 0).all()
+    return per if same and distinct else 0
+
+
+def tier_rows(rows: np.ndarray, node_gpus: int, part: str) -> np.ndarray:
+    """Groups cut by node: ``node`` keeps the members in one node together, ``nodes`` one per node."""
+    if part == "":
+        return rows
+    per = members_per_node(rows, node_gpus)
+    if per == 0:
+        raise ValueError("group members are not spread evenly over nodes")
+    blocks = rows.reshape(len(rows), rows.shape[1] // per, per)
+    if part == "node":
+        return blocks.reshape(-1, per)
+    return blocks.transpose(0, 2, 1).reshape(-1, rows.shape[1] // per)
 
 
 class GroupTable:
     """Group ids of the kinds in use; ``id_of(kind, rank)`` and the comm-group file contents."""
 
-    def __init__(self, plan: Plan, kinds: Iterable[str]) -> None:
+    def __init__(self, plan: Plan, kinds: Iterable[str], node_gpus: int = 1) -> None:
         degrees = {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "edp": plan.edp, "pp": plan.pp}
         self._ids: dict[str, np.ndarray] = {}
         self._rows: list[np.ndarray] = []  # member arrays, one per distinct kind, in id order
         self._first: list[int] = []  # id of the first group of each member array
-        by_axes: dict[tuple[str, ...], np.ndarray] = {}
+        by_axes: dict[tuple[tuple[str, ...], str], np.ndarray] = {}
         next_id = 1
-        for kind in sorted(set(kinds), key=KIND_ORDER.index):
-            axes = tuple(a for a in GROUP_AXES[kind] if degrees[a] > 1)
-            if not axes:
+
+        def order(kind: str) -> tuple[int, int]:
+            base, part = split_kind(kind)
+            return KIND_ORDER.index(base), TIER_PARTS.index(part)
+
+        for kind in sorted(set(kinds), key=order):
+            base, part = split_kind(kind)
+            key = (tuple(a for a in GROUP_AXES[base] if degrees[a] > 1), part)
+            if not key[0]:
                 continue
-            if axes not in by_axes:
-                rows = all_groups(plan, kind)
+            if key not in by_axes:
+                rows = tier_rows(all_groups(plan, base), node_gpus, part)
                 ids = np.empty(plan.gpus, dtype=np.int64)
                 ids[rows] = np.arange(next_id, next_id + len(rows), dtype=np.int64)[:, None]
-                by_axes[axes] = ids
+                by_axes[key] = ids
                 self._rows.append(rows)
                 self._first.append(next_id)
                 next_id += len(rows)
-            self._ids[kind] = by_axes[axes]
+            self._ids[kind] = by_axes[key]
 
     @property
     def kinds(self) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ The byte totals per (group, collective) and the FLOPs equal
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from stageopt.errors import ConfigError
@@ -105,9 +106,11 @@ class _Builder:
         self.nodes.append(ProgramNode(nid, name, type_, phase, data_deps, ctrl_deps, **fields))  # type: ignore[arg-type]
         return nid
 
-    def comp(self, name: str, phase: str, data: list[int], num_ops: int, tensor_size: int, kernel: str = "") -> int:
+    def comp(self, name: str, phase: str, data: list[int], num_ops: int, tensor_size: int, kernel: str = "",
+             gemm: tuple[int, int, int, int] = (0, 0, 0, 0), precision: int = 0, launches: int = 1) -> int:
         ctrl = () if self.last_comp is None else (self.last_comp,)
-        nid = self.add(name, COMP, phase, data, ctrl, num_ops=num_ops, tensor_size=tensor_size, kernel=kernel)
+        nid = self.add(name, COMP, phase, data, ctrl, num_ops=num_ops, tensor_size=tensor_size, kernel=kernel,
+                       gemm=gemm, precision=precision, launches=launches)
         self.last_comp = nid
         return nid
 
@@ -129,7 +132,7 @@ class _StageBuilder:
         self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *DP_GROUPS)}
         self.b = _Builder()
         self.n_virtual = self.plan.pp * self.plan.vpp
-        self.boundary = {c.local: round(max(work.value(k, "boundary_bytes") for k in c.blocks))
+        self.boundary = {c.local: work.message_bytes(c)
                          for c in work.chunks[stage]}
         self.pending: _Bucket | None = None  # gradients queued for the next DP bucket
         self.issued: list[_Bucket] = []
@@ -142,7 +145,8 @@ class _StageBuilder:
         produced: dict[int, tuple[int, ...]] = {}
         waited: set[int] = set()
         colls: list[int] = []
-        for op in ops:
+        node_at: dict[int, int] = {}  # position in ops -> node id
+        for pos, op in enumerate(ops):
             deps: list[int] = []
             external = False
             for uid in op.inputs:
@@ -163,13 +167,21 @@ class _StageBuilder:
             waited.update(deps)
             name = f"{label}:{op.name}"
             if op.kind == COMP:
-                nid = b.comp(name, op.phase, deps, vals[op.values], vals[op.values + 1], op.kernel)
+                at = op.values
+                nid = b.comp(name, op.phase, deps, vals[at], vals[at + 1], op.kernel,
+                             tuple(int(v) for v in vals[at + 2:at + 6]), op.precision, op.launches)
             else:
                 nid = b.add(name, COLL, op.phase, deps, collective=op.collective, comm_size=vals[op.values],
                             group=op.axis, group_size=sizes[op.axis])
                 colls.append(nid)
+            node_at[pos] = nid
             for uid in op.outputs:
                 produced[uid] = (nid,)
+        for pos, op in enumerate(ops):
+            if op.hides and pos in node_at:
+                nid = node_at[pos]
+                b.nodes[nid] = dataclasses.replace(b.nodes[nid], overlap=tuple(node_at[h] for h in op.hides
+                                                                              if h in node_at))
         found = tuple(sorted({n for uid in exits for n in produced.get(uid, ())}))
         last = b.stream_point()
         return _Emitted(exits=found or last, done=last + tuple(c for c in colls if c not in waited))
@@ -294,7 +306,7 @@ class _StageBuilder:
         updated = dense / dense_shard + expert / expert_shard if plan.zero >= 1 else dense + expert
         flops = round(OPTIMIZER_FLOPS_PER_PARAM * updated)
         touched = round(updated * (plan.grad_bytes + OPTIMIZER_STATE_BYTES + plan.dtype_bytes))
-        opt = self.b.comp("optimizer", "optimizer", list(self.reductions), flops, touched)
+        opt = self.b.comp("optimizer", "optimizer", list(self.reductions), flops, touched, "vector")
         if plan.zero not in (1, 2):
             return
         for bucket in self.issued:

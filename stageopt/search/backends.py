@@ -13,7 +13,7 @@ import importlib
 from stageopt.errors import ConfigError
 from stageopt.sim.base import Simulator
 
-SHIPPED = ("analytical", "replay", "astra-sim")
+SHIPPED = ("analytical", "replay", "astra-sim", "astra-sim-aware")
 
 
 def make_simulator(name: str, *, astra_sim: str | None = None, timeout_s: float = 600.0) -> Simulator | None:
@@ -24,12 +24,13 @@ def make_simulator(name: str, *, astra_sim: str | None = None, timeout_s: float 
         from stageopt.sim.replay import ReplaySimulator
 
         return ReplaySimulator()
-    if name == "astra-sim":
+    if name in ("astra-sim", "astra-sim-aware"):  # -aware: ASTRA-sim's congestion-aware binary (1-D networks)
         from stageopt.astrasim.runner import find_astra_sim
         from stageopt.sim.astrasim_backend import AstraSimSimulator
 
-        find_astra_sim(astra_sim)  # a missing binary is a usage error now, not a failed trial per plan
-        return AstraSimSimulator(binary=astra_sim, timeout_s=timeout_s)
+        network = "aware" if name.endswith("-aware") else "unaware"
+        find_astra_sim(astra_sim, network)  # a missing binary is a usage error now, not a failed trial per plan
+        return AstraSimSimulator(binary=astra_sim, timeout_s=timeout_s, network=network)
     module_name, sep, class_name = name.partition(":")
     if not sep or not module_name or not class_name:
         raise ConfigError(f"--backend {name!r} unknown; use {', '.join(SHIPPED)} or package.module:SimulatorClass")

@@ -56,7 +56,7 @@ class Candidate:
         text = str(self.plan)
         shown = {item.split("=", 1)[0] for item in text.split()}
         hidden = [f"{f.name}={getattr(self.plan, f.name)}" for f in dataclasses.fields(self.plan)
-                  if f.name not in shown]  # plan fields its text leaves out still tell plans apart
+                  if f.name not in shown and getattr(self.plan, f.name) != f.default]  # fields its text leaves out
         return " ".join([f"{self.hw_key} | gpus={self.gpus} | {text}", *hidden, f"seq={self.model.seq}"])
 
 

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stageopt.console.progress import progress as progress_bar
+
 from stageopt.errors import ConfigError
 from stageopt.search.candidate import Candidate, HardwareCatalog
 from stageopt.search.census_grid import enumerate_space, flat_indices
 from stageopt.search.dimensions import Value
 from stageopt.search.objective import Objective, Outcome, estimate_outcome
-from stageopt.search.progress import Progress
 from stageopt.search.ranking import first_of_equals, non_dominated, preferred_order, simplicity_columns
 from stageopt.search.space import SearchSpace
 from stageopt.sim.analytical import estimate_from_row
@@ -154,7 +155,7 @@ def take_census(space: SearchSpace, catalog: HardwareCatalog, seed: int = 0, pro
     total = space.size()
     exhaustive = total <= MAX_ENUMERATE
     sample, count = flat_indices(total, MAX_ENUMERATE if exhaustive else SAMPLE, seed)
-    with Progress(count, "census: enumerate", "combinations", enabled=progress) as bar:
+    with progress_bar(count, "census: enumerate", unit="combinations", enabled=progress) as bar:
         found = enumerate_space(space, catalog, sample, count, bar)
     arrays, rows = _score(found.cands, catalog, progress)
     return Census(space=space, catalog=catalog, combos=total, exhaustive=exhaustive, cands=found.cands,
@@ -173,7 +174,7 @@ def _score(cands: list[Candidate], catalog: HardwareCatalog,
     groups: dict[tuple[str, int], list[int]] = {}
     for i, c in enumerate(cands):
         groups.setdefault((c.hw_key, c.model.seq), []).append(i)
-    with Progress(n, "census: score", "plans", enabled=progress) as bar:
+    with progress_bar(n, "census: score", unit="plans", enabled=progress) as bar:
         for (hw_key, _), index in groups.items():
             hw = catalog.get(hw_key)
             for start in range(0, len(index), EVAL_CHUNK):

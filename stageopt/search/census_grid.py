@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm import tqdm
 
 from stageopt.errors import StageoptError
 from stageopt.search.candidate import Candidate, HardwareCatalog, canonical, make_candidate
 from stageopt.search.dimensions import Value
-from stageopt.search.progress import Progress
 from stageopt.search.space import SearchSpace
 
 CHUNK = 1 << 15
@@ -46,7 +46,7 @@ def flat_indices(total: int, limit: int, seed: int) -> tuple[np.ndarray | None, 
 
 
 def enumerate_space(space: SearchSpace, catalog: HardwareCatalog, sample: np.ndarray | None, count: int,
-                    progress: Progress | None = None) -> Enumeration:
+                    progress: tqdm | None = None) -> Enumeration:
     """Candidates of the combinations numbered ``sample`` (or all ``count`` of them)."""
     out = Enumeration()
     seen: set[tuple] = set()

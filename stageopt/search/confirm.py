@@ -17,31 +17,34 @@ expensive simulations and goes, in order, to
    low but that the backend would find good is simulated, not missed.
 
 ``brute`` and ``grid`` simulate in plain analytical order, every feasible plan
-if the budget allows. Each result is stored as a trial as soon as its batch is
-back (:mod:`stageopt.search.record`), so a killed search keeps what it finished.
+if the budget allows. Before a plan is simulated it is claimed in the study on a trial of its own
+(:mod:`stageopt.search.record`), so workers that ``--join`` one study never
+simulate a plan twice and ``--budget`` counts the study's simulations; each
+result is told as soon as its batch is back, so a killed search keeps what it
+finished.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import optuna
 
-from stageopt.search.cache import ResultCache
+from stageopt.console.progress import progress
+from stageopt.search.cache import StudyCache, tell_outcome
 from stageopt.search.candidate import Candidate, HardwareCatalog
 from stageopt.search.census import Census, plan_fields
 from stageopt.search.driver import LoopStats
 from stageopt.search.executors import RayExecutor
-from stageopt.search.objective import OK, Objective, Outcome, estimate_outcome, failed_outcome
-from stageopt.search.progress import Progress
+from stageopt.search.objective import FAILED, OK, OOM, Objective, Outcome, estimate_outcome, failed_outcome
 from stageopt.search.ranking import preferred_order, simplicity_columns
-from stageopt.search.record import add_outcomes
+from stageopt.search.record import open_trial
 from stageopt.search.residual import ResidualModel, plan_features
 from stageopt.search.space import SearchSpace
+from stageopt.search.workers import HeartbeatKeeper
 from stageopt.sim.base import Estimate
 
 TOP_SHARE = 0.2
@@ -60,14 +63,14 @@ class ConfirmConfig:
 
 
 class Confirmation:
-    """Chooses, simulates and records plans of a census until the budget or the feasible plans run out."""
+    """Chooses, simulates and records plans of a census until the study's budget or the feasible plans run out."""
 
     def __init__(self, *, study: optuna.Study, space: SearchSpace, census: Census, objectives: tuple[Objective, ...],
-                 catalog: HardwareCatalog, cache: ResultCache, executor: RayExecutor, config: ConfirmConfig,
-                 sync: Callable[[], None] = lambda: None) -> None:
+                 catalog: HardwareCatalog, cache: StudyCache, executor: RayExecutor, config: ConfirmConfig,
+                 heartbeat: HeartbeatKeeper | None = None) -> None:
         self.study, self.space, self.census, self.objectives = study, space, census, objectives
         self.catalog, self.cache, self.executor, self.config = catalog, cache, executor, config
-        self.sync = sync
+        self.heartbeat = heartbeat
         self.stats = LoopStats()
         self.order = census.ranked_rows(objectives)  # feasible rows, analytically best first
         self._plans = {int(r): plan_fields(census.cands[int(r)]) for r in self.order}
@@ -80,23 +83,22 @@ class Confirmation:
         return len(self.cache.simulated)
 
     def run(self, seeds: list[tuple[dict, Candidate]] = ()) -> LoopStats:  # type: ignore[assignment]
-        total = min(self.config.budget, len(self.order) + len(seeds))
-        self.bar = Progress(total, f"{self.config.backend} simulations", "plans", enabled=self.config.progress)
-        self.bar.update(self.simulations)
+        budget = self.config.budget
+        total = min(budget, len(self.order) + len(seeds))
         try:
-            extra = [(ch, c) for ch, c in seeds if c.key not in self.cache.simulated]
-            if extra:
-                self._simulate(extra[:max(self.config.budget - self.simulations, 0)])
-            initial = self._initial_rows()
-            while self.simulations < self.config.budget:
-                batch = self._next(initial, min(self.executor.workers, self.config.budget - self.simulations))
-                if not batch:
-                    self.stats.stop_reason = "every feasible plan simulated"
-                    break
-                self._simulate([(self.census.choices_list[r], self.census.cands[r]) for r in batch])
-            self.stats.stop_reason = self.stats.stop_reason or "budget"
+            with progress(total, f"{self.config.backend} simulations", unit="plans",
+                          enabled=self.config.progress) as self.bar:
+                self.bar.update(min(self.simulations, total))
+                self._simulate([(ch, c) for ch, c in seeds if self.cache.taken(c.key) is None])
+                initial = self._initial_rows()
+                while self.cache.committed < budget:
+                    batch = self._next(initial, min(self.executor.workers, budget - self.cache.committed))
+                    if not batch:
+                        self.stats.stop_reason = "every feasible plan simulated"
+                        break
+                    self._simulate([(self.census.choices_list[r], self.census.cands[r]) for r in batch])
+                self.stats.stop_reason = self.stats.stop_reason or "budget"
         finally:
-            self.bar.close()
             self.executor.close()
             self.stats.elapsed_s = time.perf_counter() - self.stats.started
         return self.stats
@@ -104,7 +106,8 @@ class Confirmation:
     # ------------------------------------------------------------------ choosing
 
     def _untried(self, rows) -> list[int]:
-        return [int(r) for r in rows if self.census.cands[int(r)].key not in self.cache.simulated]
+        """Rows whose plan no worker holds, claims or failed on in this session."""
+        return [int(r) for r in rows if self.cache.taken(self.census.cands[int(r)].key) is None]
 
     def _initial_rows(self) -> list[int]:
         """The analytically best plans, then the best plan of each uncovered value, then log-spaced ranks."""
@@ -167,21 +170,27 @@ class Confirmation:
     # ------------------------------------------------------------------ simulating
 
     def _simulate(self, items: list[tuple[dict, Candidate]]) -> None:
-        for choices, cand in items:
-            self.executor.submit((choices, cand), cand, self.catalog.get(cand.hw_key))
-        results = self.executor.poll(wait_all=True)
-        results.sort(key=lambda r: (self.census.row(r[0][1].key) is not None, self.census.row(r[0][1].key) or 0))
-        recorded: list[tuple[dict, Outcome]] = []
-        for (choices, cand), result in results:
+        """Claim the plans (a trial each, opened only for plans nobody holds), simulate them, tell each."""
+        if not items:
+            return
+        opened = self.cache.claim_new(
+            [(c.key, lambda ch=ch: open_trial(self.study, self.space, ch, self.heartbeat)) for ch, c in items],
+            self.config.budget)
+        for (_, cand), trial in zip(items, opened):
+            if trial is not None:
+                self.executor.submit((trial, cand), cand, self.catalog.get(cand.hw_key))
+        results = self.executor.poll(wait_all=True) if self.executor.in_flight else []
+        results.sort(key=lambda r: r[0][0].number)  # reproducible order of the study's trials
+        for (trial, cand), result in results:
             outcome = self._outcome(cand, result)
-            self.cache.put(outcome, simulated=True)
-            recorded.append((choices, outcome))
+            if self.heartbeat is not None:
+                self.heartbeat.discard(trial._trial_id)
+            tell_outcome(self.study, trial, outcome, self.objectives, simulated=True)
+            self.cache.put(outcome, trial.number, simulated=True)
             self.stats.told += 1
-            self.stats.failed += outcome.status == "failed"
-            self.stats.oom += outcome.status == "oom"
-        add_outcomes(self.study, self.space, recorded, self.objectives, simulated=True)
-        self.sync()
-        self.bar.update(len(recorded))
+            self.stats.failed += outcome.status == FAILED
+            self.stats.oom += outcome.status == OOM
+        self.bar.update(len(results))
 
     def _outcome(self, cand: Candidate, result: Estimate | str) -> Outcome:
         if not isinstance(result, Estimate):

@@ -25,6 +25,8 @@ from typing import Any, Union
 import optuna
 
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import shorten
+from stageopt.inputs.limits import MAX_COUNT, PLAN_BOUNDS, check_count
 from stageopt.hardware import Hardware
 from stageopt.parallel.plan import DTYPES, RECOMPUTE, SCHEDULES, Plan
 
@@ -38,7 +40,8 @@ CHOICES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHED
 HW_ALIASES = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib",
               "reserve_gib": "gpu.reserve_gib"}
 OBJECTIVES = ("time", "throughput", "cost", "mfu")
-BACKENDS = ("analytical", "replay", "astra-sim")
+BACKENDS = ("analytical", "replay", "astra-sim", "astra-sim-aware")
+ZERO_MEANS_UNSET = ("first_layers", "last_layers")  # Megatron-Core's uneven-split layer counts
 
 
 def plan_fields() -> dict[str, Any]:
@@ -59,36 +62,44 @@ def plan_value(name: str, item: Any, where: str) -> Value:
     if item is None or (isinstance(item, str) and item.lower() in ("default", "null", "none") and name not in CHOICES):
         if optional:
             return None  # the framework profile's default
-        raise ConfigError(f"{where}: {item!r} is not allowed; {name} has no framework default, give a value")
+        raise ConfigError(f"{where}: {shorten(item)} is not allowed; {name} has no framework default, give a value")
     base = tp if not optional else next(a for a in typing.get_args(tp) if a is not type(None))
     if base is bool:
         if isinstance(item, str) and item.lower() in ("on", "off", "true", "false"):
             item = item.lower() in ("on", "true")
         if not isinstance(item, bool):
-            raise ConfigError(f"{where}: {item!r} is not on/off")
+            raise ConfigError(f"{where}: {shorten(item)} is not on/off")
         return item
     if base is int:
-        low = 0 if name == "zero" else 1
-        if isinstance(item, bool) or not isinstance(item, int) or item < low:
-            kind = "a ZeRO stage 0, 1, 2 or 3" if name == "zero" else "a positive integer"
-            raise ConfigError(f"{where}: {item!r} is not {kind}")
-        if name == "zero" and item > 3:
-            raise ConfigError(f"{where}: {item!r} is not a ZeRO stage 0, 1, 2 or 3")
-        return item
+        return _plan_int(name, item, where)
     if name in CHOICES and item not in CHOICES[name]:
-        raise ConfigError(f"{where}: {item!r} is not one of {', '.join(CHOICES[name])}")
+        raise ConfigError(f"{where}: {shorten(item)} is not one of {', '.join(CHOICES[name])}")
     if not isinstance(item, str):
-        raise ConfigError(f"{where}: {item!r} is not a name")
+        raise ConfigError(f"{where}: {shorten(item)} is not a name")
     return item
+
+
+def _plan_int(name: str, item: Any, where: str) -> int:
+    """An integer plan value within its bound (a typo such as 10^30 is refused, not overflowed)."""
+    if name == "zero":
+        if isinstance(item, bool) or item not in (0, 1, 2, 3):
+            raise ConfigError(f"{where}: {shorten(item)} is not a ZeRO stage 0, 1, 2 or 3")
+        return int(item)
+    low = 0 if name in ZERO_MEANS_UNSET else 1
+    if isinstance(item, bool) or not isinstance(item, int) or item < low:
+        kind = "a layer count (0: unset)" if low == 0 else "a positive integer"
+        raise ConfigError(f"{where}: {shorten(item)} is not {kind}")
+    high, why = PLAN_BOUNDS.get(name, (MAX_COUNT, ""))
+    return check_count(item, where, low=low, high=high, why=why)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Dimension:
     """One searched choice and its allowed values, suggested the same way in every trial.
 
-    Integer choices that are consecutive powers of two are suggested as an integer
-    exponent (``log2_tp`` in 0..3 for tp in 1, 2, 4, 8) so TPE and GP see their
-    order; anything else is categorical.
+    Every dimension is an Optuna categorical under its own name with its real
+    values (``tp`` in 1, 2, 4, 8), so optuna-dashboard, ``trials_dataframe()`` and
+    ``best_params`` show the plan as users write it.
     """
 
     name: str
@@ -97,41 +108,25 @@ class Dimension:
     enumerable = True
 
     @property
-    def log2(self) -> bool:
-        ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.values)
-        if not ints or len(self.values) < 2:
-            return False
-        exps = [int(v).bit_length() - 1 for v in self.values]  # type: ignore[arg-type]
-        return (all(1 << e == v for e, v in zip(exps, self.values))
-                and sorted(exps) == list(range(min(exps), max(exps) + 1)))
-
-    @property
     def param(self) -> str:
-        """The Optuna parameter name."""
-        return f"log2_{self.name}" if self.log2 else self.name
+        """The Optuna parameter name (the dimension's own)."""
+        return self.name
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
-        if self.log2:
-            exps = [int(v).bit_length() - 1 for v in self.values]  # type: ignore[arg-type]
-            return optuna.distributions.IntDistribution(min(exps), max(exps))
         return optuna.distributions.CategoricalDistribution(self.values)
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> Value:
-        if self.log2:
-            dist = self.distribution()
-            return 1 << trial.suggest_int(self.param, dist.low, dist.high)  # type: ignore[attr-defined]
         return trial.suggest_categorical(self.name, self.values)  # type: ignore[arg-type]
 
     def decode(self, params: Mapping[str, Any]) -> Value:
         """The value a stored trial's parameters chose."""
-        raw = params[self.param]
-        return 1 << int(raw) if self.log2 else raw
+        return params[self.name]
 
     def encode(self, value: Value) -> Any:
         """The stored parameter for ``value`` (used to enqueue known plans)."""
         if value not in self.values:
             raise ConfigError(f"{self.name}={value} is not in the space's values {list(self.values)}")
-        return int(value).bit_length() - 1 if self.log2 else value  # type: ignore[arg-type]
+        return value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

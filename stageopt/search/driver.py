@@ -29,7 +29,7 @@ import optuna
 from optuna.trial import TrialState
 
 from stageopt.errors import StageoptError
-from stageopt.search.cache import RESULT_ATTR, ResultCache, stored_result
+from stageopt.search.cache import StudyCache, tell_outcome, tell_repeat, tell_unevaluated
 from stageopt.search.candidate import Candidate, HardwareCatalog, make_candidate
 from stageopt.search.census import Census
 from stageopt.search.dimensions import Value
@@ -44,7 +44,7 @@ from stageopt.search.ranking import (
 )
 from stageopt.search.refine import neighbours
 from stageopt.search.space import SearchSpace, encode_choices
-from stageopt.search.storage import CrashSafeJournal
+from stageopt.search.workers import HeartbeatKeeper, claim_owner
 from stageopt.sim.base import Estimate
 
 
@@ -79,15 +79,16 @@ class SearchLoop:
     """Runs one search session against an open study; the study's storage keeps everything told."""
 
     def __init__(self, *, study: optuna.Study, space: SearchSpace, objectives: tuple[Objective, ...],
-                 catalog: HardwareCatalog, cache: ResultCache, census: Census | None, config: LoopConfig,
-                 executor: RayExecutor | None = None, journal: CrashSafeJournal | None = None,
-                 synchronous: bool = True, progress: ProgressFn | None = None) -> None:
+                 catalog: HardwareCatalog, cache: StudyCache, census: Census | None, config: LoopConfig,
+                 executor: RayExecutor | None = None, sync: Callable[[], None] | None = None,
+                 heartbeat: HeartbeatKeeper | None = None, synchronous: bool = True,
+                 progress: ProgressFn | None = None) -> None:
         self.study, self.space, self.objectives = study, space, objectives
         self.catalog, self.cache, self.census, self.config = catalog, cache, census, config
-        self.executor, self.journal, self.synchronous = executor, journal, synchronous
+        self.executor, self.synchronous = executor, synchronous
+        self._flush, self.heartbeat = sync, heartbeat
         self.progress = progress
         self.stats = LoopStats()
-        self._waiting: dict[str, list[optuna.trial.Trial]] = {}  # key in flight -> trials told with its result
         self._in_flight: dict[str, Candidate] = {}
         self._choices: dict[str, dict[str, Value]] = {}  # candidate key -> choices that produced it
         self._proposed: set[str] = set()  # keys enqueued by refinement
@@ -131,7 +132,7 @@ class SearchLoop:
         return self.stats
 
     def _stop_reason(self) -> str:
-        if self.simulations >= self.target:
+        if self.simulations >= self.target or (self.cache.committed >= self.target and not self._in_flight):
             return "budget" if self.target == self.config.budget else "every candidate simulated"
         if self._exhausted:
             return "sampler exhausted the space"
@@ -141,7 +142,7 @@ class SearchLoop:
 
     def _room(self) -> int:
         """How many trials to ask now: a batch in-process; free workers' worth with Ray."""
-        left_budget = self.target - self.simulations - len(self._in_flight)
+        left_budget = self.target - self.cache.committed  # every worker's simulations, done or under way
         left_asks = self.config.max_asks - self.stats.asks
         if left_budget <= 0 or left_asks <= 0:
             return 0
@@ -194,36 +195,38 @@ class SearchLoop:
 
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
-        return self.study.ask()
+        trial = self.study.ask()  # also fails other workers' stale trials (Optuna's heartbeat check)
+        if self.heartbeat is not None:
+            claim_owner(self.study, trial, self.heartbeat.owner)
+            self.heartbeat.add(trial._trial_id)
+        return trial
 
     def _step(self, trials: list[optuna.trial.Trial]) -> None:
-        """Settle what is cheap now; screen the new candidates in one vectorized call; dispatch the rest."""
+        """Screen the batch in one vectorized call, claim its plans in the study, then tell or dispatch each."""
         fresh: list[tuple[optuna.trial.Trial, Candidate]] = []
-        seen_now: set[str] = set()
         for trial in trials:
             try:
                 values = self.space.suggest(trial)
                 cand = make_candidate(self.space, self.catalog, values)
             except StageoptError as err:
                 key = "invalid: " + " ".join(f"{k}={v}" for k, v in sorted(trial.params.items()))
-                self._tell(trial, invalid_outcome(key, str(err).removeprefix("plan: ")), simulated=False, cached=False)
+                self._tell(trial, invalid_outcome(key, str(err).removeprefix("plan: ")), simulated=False)
                 continue
             self._choices.setdefault(cand.key, values)
-            if cand.key in self.cache:
-                self._tell(trial, self.cache.get(cand.key), simulated=False, cached=True)
-            elif cand.key in self._in_flight or cand.key in seen_now:
-                self._waiting.setdefault(cand.key, []).append(trial)
-            else:
-                seen_now.add(cand.key)
-                fresh.append((trial, cand))
+            fresh.append((trial, cand))
         if not fresh:
             return
-        for (trial, cand), outcome in zip(fresh, self._screen([c for _, c in fresh])):
-            if outcome.status != OK or self.executor is None:
-                simulated = self.executor is None  # the analytical evaluation is the simulation
-                self.cache.put(outcome, simulated=simulated)
-                self._tell(trial, outcome, simulated=simulated, cached=False)
-                self._release(cand.key, outcome)
+        outcomes = self._screen([c for _, c in fresh])
+        costly = [self.executor is None or o.status == OK for o in outcomes]  # what a simulation will be spent on
+        decisions = self.cache.claim([(t, c.key, k) for (t, c), k in zip(fresh, costly)], self.target)
+        for (trial, cand), outcome, decision in zip(fresh, outcomes, decisions):
+            if decision == "budget":
+                self._untrack(trial)
+                tell_unevaluated(self.study, trial, "not simulated: the study's budget was reached by other workers")
+            elif decision is not None:
+                self._repeat(trial, cand.key, int(decision))
+            elif outcome.status != OK or self.executor is None:
+                self._tell(trial, outcome, simulated=self.executor is None)  # the analytical evaluation is the simulation
             else:
                 self._in_flight[cand.key] = cand
                 self.executor.submit((trial, cand), cand, self.catalog.get(cand.hw_key))
@@ -248,13 +251,7 @@ class SearchLoop:
                 outcome = self._outcome(cand, result, self.config.backend)
             else:
                 outcome = failed_outcome(cand, result, self.config.backend)
-            self.cache.put(outcome, simulated=True)
-            self._tell(trial, outcome, simulated=True, cached=False)
-            self._release(cand.key, outcome)
-
-    def _release(self, key: str, outcome: Outcome) -> None:
-        for trial in self._waiting.pop(key, []):
-            self._tell(trial, outcome, simulated=False, cached=True)
+            self._tell(trial, outcome, simulated=True)
 
     def _outcome(self, cand: Candidate, est: Estimate, backend: str) -> Outcome:
         hw = self.catalog.get(cand.hw_key)
@@ -263,29 +260,42 @@ class SearchLoop:
 
     # ------------------------------------------------------------------ telling
 
-    def _tell(self, trial: optuna.trial.Trial, outcome: Outcome, *, simulated: bool, cached: bool) -> None:
-        trial.set_user_attr(RESULT_ATTR, stored_result(outcome, simulated=simulated, cached=cached))
+    def _tell(self, trial: optuna.trial.Trial, outcome: Outcome, *, simulated: bool) -> None:
+        self._untrack(trial)
         stats = self.stats
         stats.told += 1
-        stats.cached += cached
         stats.invalid += outcome.status == "invalid"
         stats.oom += outcome.status == "oom"
+        stats.failed += outcome.status == FAILED
         try:
-            if outcome.status == FAILED:
-                stats.failed += 1
-                self.study.tell(trial, state=TrialState.FAIL)
-                return
-            for name, value in outcome.constraints().items():
-                trial.set_constraint(name, value)
-            self.study.tell(trial, outcome.values(self.objectives))
+            tell_outcome(self.study, trial, outcome, self.objectives, simulated=simulated)
         except RuntimeError as err:
             if "Study.stop" not in str(err):
                 raise
             self._exhausted = True  # grid / brute-force samplers signal a finished space this way
+        if outcome.status != "invalid":
+            self.cache.put(outcome, trial.number, simulated=simulated)
+
+    def _repeat(self, trial: optuna.trial.Trial, key: str, holder: int) -> None:
+        """A plan the study already holds (or is simulating): PRUNED, pointing at its holder; costs nothing."""
+        self._untrack(trial)
+        self.stats.told += 1
+        self.stats.cached += 1
+        known = self.cache.get(key).constraints() if key in self.cache else None
+        try:
+            tell_repeat(self.study, trial, key, holder, known)
+        except RuntimeError as err:
+            if "Study.stop" not in str(err):
+                raise
+            self._exhausted = True
+
+    def _untrack(self, trial: optuna.trial.Trial) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.discard(trial._trial_id)
 
     def _sync(self) -> None:
-        if self.journal is not None:
-            self.journal.sync()
+        if self._flush is not None:
+            self._flush()
 
     # ------------------------------------------------------------------ views
 

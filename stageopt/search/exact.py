@@ -3,17 +3,18 @@
 Why no sampling: when every valid plan has been scored (the census), a sampler can
 only find the same optimum or a worse one. The search then records the exact
 top-k and the exact Pareto front as trials (best first, so the study's best trial
-is the optimum), says so in one line, and spends no budget.
+is the optimum; ``--seed-plan`` plans after them), says so in one line, and spends no budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import optuna
-
-from stageopt.search.cache import ResultCache
+from stageopt.search.cache import StudyCache
+from stageopt.search.candidate import Candidate
 from stageopt.search.census import Census
+from stageopt.search.dimensions import Value
 from stageopt.search.objective import Objective, Outcome
 from stageopt.search.record import add_outcomes
 from stageopt.search.space import SearchSpace
@@ -29,16 +30,17 @@ class ExactResult:
     line: str  # what the search says about it
 
 
-def exact_search(study: optuna.Study, space: SearchSpace, census: Census, objectives: tuple[Objective, ...],
-                 cache: ResultCache, top: int = DEFAULT_TOP) -> ExactResult:
-    """Record the census's top plans and front as trials (those not stored yet) and describe the answer."""
+def exact_search(space: SearchSpace, census: Census, objectives: tuple[Objective, ...], cache: StudyCache,
+                 top: int = DEFAULT_TOP, seeds: Sequence[tuple[dict[str, Value], Candidate]] = ()) -> ExactResult:
+    """Record the census's top plans and front as trials (those the study does not hold yet), best first,
+    then the ``--seed-plan`` plans (so a plan the user knows is in the study with its result, fitting or
+    not), and describe the answer."""
     best = census.ranked(objectives, top)
     front = census.front(objectives)
-    keep = {o.key: o for o in [*best, *front]}
-    fresh = [(census.choices_of(k), o) for k, o in keep.items() if k not in cache]
-    for _, outcome in fresh:
-        cache.put(outcome, simulated=True)
-    recorded = add_outcomes(study, space, fresh, objectives, simulated=True)
+    keep = {o.key: (census.choices_of(o.key), o) for o in [*best, *front]}
+    for choices, cand in seeds:
+        keep.setdefault(cand.key, (choices, census.outcome(cand.key)))
+    recorded = add_outcomes(cache, space, list(keep.values()), objectives, simulated=True)
     what = "optimum" if len(objectives) == 1 else f"Pareto front ({len(front)} plans)"
     line = (f"exact: the analytical model scored every valid plan of the space ({len(census):,} canonical plans from "
             f"{census.combos:,} combinations, {census.merged:,} restating another, {census.n_feasible:,} fit); "

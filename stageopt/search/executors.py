@@ -13,6 +13,7 @@ import os
 import socket
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from stageopt.hardware import Hardware
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.search.candidate import Candidate, HardwareCatalog
+from stageopt.search.reaper import TASK_MARK, Watchdog, kill_marked
 from stageopt.sim.analytical import estimate_from_row
 from stageopt.sim.analytical_batch import evaluate_plans
 from stageopt.sim.base import Estimate, Simulator
@@ -42,30 +44,39 @@ def analytical_estimates(catalog: HardwareCatalog, cands: Sequence[Candidate]) -
     return out  # type: ignore[return-value]
 
 
-def run_in_temp_dir(simulator: Simulator, model: ModelSpec, plan: Plan, gpus: int, hw: Hardware) -> Estimate:
-    """Evaluate one plan with its own temporary directory as cwd and TMPDIR (removed afterwards)."""
+def run_in_temp_dir(simulator: Simulator, model: ModelSpec, plan: Plan, gpus: int, hw: Hardware,
+                    task_mark: str = "") -> Estimate:
+    """Evaluate one plan with its own temporary directory as cwd and TMPDIR (removed afterwards).
+
+    ``task_mark`` goes into the environment of whatever the simulator starts, so
+    a timed-out task's processes can be found and killed (:mod:`stageopt.search.reaper`).
+    """
     from stageopt.workload import build_workload
 
-    old_cwd, old_tmp = os.getcwd(), os.environ.get("TMPDIR")
+    saved = {k: os.environ.get(k) for k in ("TMPDIR", TASK_MARK)}
+    old_cwd = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="stageopt-task-") as tmp:
         os.chdir(tmp)
         os.environ["TMPDIR"] = tmp
+        os.environ[TASK_MARK] = task_mark
         tempfile.tempdir = tmp
         try:
             return simulator.evaluate(build_workload(model, plan, gpus), hw)
         finally:
             os.chdir(old_cwd)
             tempfile.tempdir = None
-            if old_tmp is None:
-                os.environ.pop("TMPDIR", None)
-            else:
-                os.environ["TMPDIR"] = old_tmp
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 @dataclass
 class _Task:
     tag: Any
     started: float
+    mark: str
 
 
 class RayExecutor:
@@ -76,13 +87,20 @@ class RayExecutor:
     is killed; ASTRA-sim's runner also kills its own process group on the same limit).
     """
 
-    def __init__(self, simulator: Simulator, model: ModelSpec, *, workers: int, address: str | None = None,
+    def __init__(self, simulator: Simulator, *, workers: int | None, address: str | None = None,
                  timeout_s: float = 600.0) -> None:
-        self.workers = workers
         self.timeout_s = timeout_s
         self._owns_ray = not _ray_running()
-        ray = _start_ray(workers, address)
+        self._watchdog = Watchdog() if self._owns_ray and address in (None, "local") else None
+        if self._watchdog is not None:
+            self._watchdog.arm()  # a local Ray we start dies with us, even by SIGKILL
+        try:
+            ray = _start_ray(workers or os.cpu_count() or 1, address)
+        except BaseException:
+            self._disarm()
+            raise
         self._ray = ray
+        self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote = ray.remote(num_cpus=1, max_retries=0)(run_in_temp_dir)
         self._simulator = ray.put(simulator)
         self._pending: dict[Any, _Task] = {}
@@ -92,8 +110,9 @@ class RayExecutor:
         return len(self._pending)
 
     def submit(self, tag: Any, cand: Candidate, hw: Hardware) -> None:
-        ref = self._remote.remote(self._simulator, cand.model, cand.plan, cand.gpus, hw)
-        self._pending[ref] = _Task(tag=tag, started=time.monotonic())
+        mark = uuid.uuid4().hex
+        ref = self._remote.remote(self._simulator, cand.model, cand.plan, cand.gpus, hw, mark)
+        self._pending[ref] = _Task(tag=tag, started=time.monotonic(), mark=mark)
 
     def poll(self, wait_all: bool = False) -> list[tuple[Any, Estimate | str]]:
         """Block until at least one task (or, with ``wait_all``, every task) finished or timed out."""
@@ -111,6 +130,7 @@ class RayExecutor:
             for ref, task in list(self._pending.items()):
                 if now - task.started > self.timeout_s:
                     ray.cancel(ref, force=True)
+                    kill_marked(TASK_MARK, task.mark)  # the simulator's processes, setsid ones included
                     self._pending.pop(ref)
                     done_out.append((task.tag, f"timeout: no result after {self.timeout_s:g} s (worker killed)"))
             if done_out and not (wait_all and self._pending):
@@ -124,11 +144,18 @@ class RayExecutor:
             return _reason(err)
 
     def close(self) -> None:
-        for ref in list(self._pending):
+        for ref, task in list(self._pending.items()):
             self._ray.cancel(ref, force=True)
+            kill_marked(TASK_MARK, task.mark)
         self._pending.clear()
         if self._owns_ray:  # a Ray we started goes with the search (its notices before our output)
             self._ray.shutdown()
+        self._disarm()
+
+    def _disarm(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.disarm()
+            self._watchdog = None
 
 
 def _ray_running() -> bool:
@@ -166,12 +193,14 @@ def _start_ray(workers: int, address: str | None) -> Any:
         try:
             socket.create_connection((host, port), timeout=3).close()
         except OSError as err:
-            raise ConfigError(f"--ray-address {address}: cannot reach {host}:{port} ({err.strerror or err}); "
-                              "start one with 'ray start --head' or drop --ray-address for a local Ray") from None
+            raise ConfigError(f"--ray-address/RAY_ADDRESS {address}: cannot reach {host}:{port} "
+                              f"({err.strerror or err}); start one with 'ray start --head' or drop "
+                              "--ray-address and RAY_ADDRESS for a local Ray") from None
     try:
-        if address is None or address == "local":
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-                     configure_logging=True)
+        if address is None or address == "local":  # "local": RAY_ADDRESS in the environment must not redirect it
+            ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.ERROR, configure_logging=True,
+                     _node_ip_address="127.0.0.1")  # our own Ray listens on loopback only
         else:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     except Exception as err:  # noqa: BLE001 - Ray raises many types; the user needs one line

@@ -70,6 +70,9 @@ class Outcome:
                                                                       - self.record["peak_memory_gib"]))}
 
 
+SIMULATOR_FLAGS = ("known_exit_fault", "notes")  # what a backend says about its own result (ASTRA-sim)
+
+
 def base_record(cand: Candidate | None, key: str) -> dict[str, Any]:
     rec: dict[str, Any] = {"key": key}
     if cand is not None:
@@ -92,6 +95,7 @@ def estimate_outcome(cand: Candidate, est: Estimate, hbm_gib: float, usd_per_gpu
         usd_per_gpu_hour=usd_per_gpu_hour,
         usd_per_mtok=cand.gpus * usd_per_gpu_hour / 3600.0 / tokens_per_s * 1e6,
         memory_breakdown_gib=dict(est.memory_breakdown_gib), time_breakdown_s=dict(est.time_breakdown_s))
+    record.update({k: est.details[k] for k in SIMULATOR_FLAGS if k in est.details})
     return Outcome(OK if record["free_gib"] >= 0 else OOM, record)
 
 
@@ -103,3 +107,51 @@ def failed_outcome(cand: Candidate, reason: str, backend: str) -> Outcome:
     record = base_record(cand, cand.key)
     record.update(backend=backend, reason=reason)
     return Outcome(FAILED, record)
+
+
+# ----------------------------------------------------------------------------- the record as flat trial attributes
+
+REPEAT = "repeat"  # status of a trial whose plan another trial already holds (told PRUNED, ``repeat_of`` = its number)
+_RENAMED = {"peak_memory_gib": "memory_gib"}
+_DICTS = {"time_breakdown_s": ("time_", "_s"), "memory_breakdown_gib": ("mem_", "_gib")}
+
+
+def record_attrs(outcome: Outcome, *, simulated: bool) -> dict[str, Any]:
+    """The outcome as flat, sortable user attributes (one scalar each), ``status`` and ``simulated`` included.
+
+    Why flat: optuna-dashboard and ``study.trials_dataframe()`` show and sort scalar
+    attributes; one JSON blob is cut at 1,024 characters and cannot be sorted.
+    """
+    attrs: dict[str, Any] = {"status": outcome.status, "simulated": simulated}
+    for name, value in outcome.record.items():
+        if name in _DICTS:
+            prefix, suffix = _DICTS[name]
+            attrs.update({f"{prefix}{k}{suffix}": v for k, v in value.items()})
+        elif isinstance(value, Mapping):
+            attrs.update({f"{name}.{k}": v for k, v in value.items()})
+        else:
+            attrs[_RENAMED.get(name, name)] = value
+    return attrs
+
+
+def outcome_from_attrs(attrs: Mapping[str, Any]) -> Outcome | None:
+    """Inverse of :func:`record_attrs`; ``None`` for a trial that holds no result (repeat, stale, old format)."""
+    status = attrs.get("status")
+    if status not in (OK, OOM, INVALID, FAILED) or "key" not in attrs:
+        return None
+    back = {v: k for k, v in _RENAMED.items()}
+    record: dict[str, Any] = {}
+    for name, value in attrs.items():
+        if name in ("status", "simulated", "repeat_of"):
+            continue
+        for field_name, (prefix, suffix) in _DICTS.items():
+            if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix):
+                record.setdefault(field_name, {})[name[len(prefix):-len(suffix)]] = value
+                break
+        else:
+            head, dot, tail = name.partition(".")
+            if dot:
+                record.setdefault(head, {})[tail] = value
+            else:
+                record[back.get(name, name)] = value
+    return Outcome(status, record)

@@ -9,36 +9,35 @@ of the plan part on that machine gives its exact best plan (for several objectiv
 the plan first in preferred order of its front), and the trial is told that plan's
 values. With an expensive backend that one plan is simulated, so the budget counts
 simulations as everywhere else; with the analytical model it counts hardware
-candidates. A hardware candidate proposed again is told its earlier result (no cost).
+candidates. The trial's parameters are the hardware; its attributes name the plan.
+A hardware candidate proposed again is a repeat of the plan it got (PRUNED,
+``repeat_of``), claimed in the study like every plan, so workers that ``--join``
+share one budget. Hardware on which no plan fits is told PRUNED with the memory
+overflow of its least-memory plan, so the sampler learns which way to go.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 
+import numpy as np
 import optuna
 
 from stageopt.errors import StageoptError
-from stageopt.search.cache import ResultCache
+from stageopt.search.cache import StudyCache, tell_outcome, tell_repeat, tell_unevaluated
 from stageopt.search.candidate import HardwareCatalog, make_candidate
-from stageopt.search.census import take_census
+from stageopt.search.census import Census, take_census
 from stageopt.search.dimensions import Dimension, Value
 from stageopt.search.driver import LoopStats, best_outcomes
 from stageopt.search.executors import RayExecutor
-from stageopt.search.objective import (
-    OK,
-    Objective,
-    Outcome,
-    estimate_outcome,
-    failed_outcome,
-    invalid_outcome,
-)
-from stageopt.search.record import tell_trial
+from stageopt.search.objective import FAILED, INVALID, OOM, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
 from stageopt.search.space import SearchSpace
 from stageopt.search.strategy import Answer
+from stageopt.search.workers import HeartbeatKeeper, claim_owner
 from stageopt.sim.base import Estimate
+
+Settled = tuple[Outcome, "dict[str, Value] | None"]
 
 
 def hardware_space(space: SearchSpace, chosen: dict[str, Value]) -> SearchSpace:
@@ -49,71 +48,120 @@ def hardware_space(space: SearchSpace, chosen: dict[str, Value]) -> SearchSpace:
 
 
 def best_plan(space: SearchSpace, catalog: HardwareCatalog, chosen: dict[str, Value],
-              objectives: tuple[Objective, ...]) -> tuple[Outcome, dict[str, Value] | None]:
-    """The census's best plan on one hardware candidate and its choices (invalid, None: no plan fits)."""
+              objectives: tuple[Objective, ...]) -> Settled:
+    """The census's best plan on one hardware candidate and its choices; when none fits, the plan that
+    needs the least memory (over memory) and no choices; invalid when no plan is valid at all."""
     sub = hardware_space(space, chosen)
     census = take_census(sub, HardwareCatalog(sub, reserve_gib=catalog.reserve_override))
     ranked = census.ranked(objectives, 1)
     if ranked:
         return ranked[0], sub.complete(census.choices_of(ranked[0].key))
-    return invalid_outcome(_hw_key(chosen), f"no plan fits on this hardware ({len(census):,} valid plans, "
-                                            "none within memory)"), None
+    return _nothing_fits(census, chosen), None
+
+
+def _nothing_fits(census: Census, chosen: dict[str, Value]) -> Outcome:
+    if not len(census):
+        return invalid_outcome(_hw_key(chosen), "no valid plan on this hardware")
+    return census.outcome(int(np.argmax(census.arrays["free_gib"])))
 
 
 def _hw_key(chosen: dict[str, Value]) -> str:
     return "hardware: " + " ".join(f"{k}={v}" for k, v in sorted(chosen.items()))
 
 
-def outer_search(*, study: optuna.Study, space: SearchSpace, objectives: tuple[Objective, ...],
-                 catalog: HardwareCatalog, cache: ResultCache, executor: RayExecutor | None, budget: int,
-                 backend: str, sync: Callable[[], None]) -> Answer:
-    """Ask hardware, settle each with its exact best plan (simulated when the backend is expensive), tell."""
-    stats = LoopStats()
-    seen: dict[str, Outcome] = {}
-    names = [d.name for d in space.hardware_dims]
-    try:
-        while len(seen) < budget and stats.asks < 20 * budget:
-            trial = study.ask()
-            stats.asks += 1
-            chosen = space.complete({d.name: d.suggest(trial) for d in space.hardware_dims})
-            mark = " ".join(f"{n}={chosen[n]}" for n in names)
-            cached = mark in seen
-            if not cached:
-                seen[mark] = _settle(space, catalog, chosen, objectives, executor, backend, cache)
-            stats.cached += cached
-            tell_trial(study, trial, seen[mark], objectives, simulated=not cached, cached=cached)
-            stats.told += 1
-            sync()
-        stats.stop_reason = "budget" if len(seen) >= budget else "ask cap reached (the hardware space repeats)"
-    finally:
-        if executor is not None:
-            executor.close()
-        stats.elapsed_s = time.perf_counter() - stats.started
-    best = best_outcomes(cache.outcomes(), objectives, backend)
-    line = (f"co-design: {len(seen):,} hardware candidates searched by Optuna, each with the exact best plan of "
-            f"its census{' confirmed by ' + backend if executor is not None else ''}")
-    return Answer(mode="outer", stats=stats, cache=cache, best=best, lines=[line])
+@dataclasses.dataclass
+class OuterLoop:
+    """Asks hardware, settles each with its exact best plan (simulated when the backend is expensive), tells."""
 
+    study: optuna.Study
+    space: SearchSpace
+    objectives: tuple[Objective, ...]
+    catalog: HardwareCatalog
+    cache: StudyCache
+    executor: RayExecutor | None
+    budget: int
+    backend: str
+    heartbeat: HeartbeatKeeper | None = None
 
-def _settle(space: SearchSpace, catalog: HardwareCatalog, chosen: dict[str, Value], objectives: tuple[Objective, ...],
-            executor: RayExecutor | None, backend: str, cache: ResultCache) -> Outcome:
-    try:
-        outcome, choices = best_plan(space, catalog, chosen, objectives)
-    except StageoptError as err:
-        outcome, choices = invalid_outcome(_hw_key(chosen), str(err)), None
-    if choices is None or executor is None:
-        cache.put(outcome, simulated=outcome.status == OK)
-        return outcome
-    sub = hardware_space(space, chosen)
-    sub_catalog = HardwareCatalog(sub, reserve_gib=catalog.reserve_override)
-    cand = make_candidate(sub, sub_catalog, choices)
-    hw = sub_catalog.get(cand.hw_key)
-    executor.submit(cand.key, cand, hw)
-    (_, result), = executor.poll(wait_all=True)
-    if isinstance(result, Estimate):
-        outcome = estimate_outcome(cand, result, hw.gpu.hbm_gib, sub_catalog.price(cand.hw_key), backend,
-                                   sub_catalog.reserve(cand.hw_key))
-    else:
-        outcome = failed_outcome(cand, result, backend)
-    cache.put(outcome, simulated=True)
-    return outcome
+    def __post_init__(self) -> None:
+        self.stats = LoopStats()
+        self._memo: dict[str, Settled] = {}  # hardware candidate -> its best plan (the census is not rerun)
+
+    def run(self) -> Answer:
+        names = [d.name for d in self.space.hardware_dims]
+        try:
+            while self.cache.committed < self.budget and self.stats.asks < 20 * self.budget:
+                trial = self._ask()
+                chosen = self.space.complete({d.name: d.suggest(trial) for d in self.space.hardware_dims})
+                mark = " ".join(f"{n}={chosen[n]}" for n in names)
+                if mark not in self._memo:
+                    self._memo[mark] = self._best(chosen)
+                self._settle(trial, chosen, *self._memo[mark])
+            full = self.cache.committed >= self.budget
+            self.stats.stop_reason = "budget" if full else "ask cap reached (the hardware space repeats)"
+        finally:
+            if self.executor is not None:
+                self.executor.close()
+            self.stats.elapsed_s = time.perf_counter() - self.stats.started
+        best = best_outcomes(self.cache.outcomes(), self.objectives, self.backend)
+        line = (f"co-design: {len(self._memo):,} hardware candidates searched by Optuna, each with the exact best "
+                f"plan of its census{' confirmed by ' + self.backend if self.executor is not None else ''}")
+        return Answer(mode="outer", stats=self.stats, cache=self.cache, best=best, lines=[line])
+
+    def _ask(self) -> optuna.trial.Trial:
+        self.stats.asks += 1
+        trial = self.study.ask()
+        if self.heartbeat is not None:
+            claim_owner(self.study, trial, self.heartbeat.owner)
+            self.heartbeat.add(trial._trial_id)
+        return trial
+
+    def _best(self, chosen: dict[str, Value]) -> Settled:
+        try:
+            return best_plan(self.space, self.catalog, chosen, self.objectives)
+        except StageoptError as err:
+            return invalid_outcome(_hw_key(chosen), str(err)), None
+
+    def _settle(self, trial: optuna.trial.Trial, chosen: dict[str, Value], outcome: Outcome,
+                choices: dict[str, Value] | None) -> None:
+        """Claim the plan on the trial, then tell its result (simulated if need be), a repeat, or no budget."""
+        valid = outcome.status != INVALID
+        costly = valid and (choices is not None or self.executor is None)  # what costs a simulation
+        decision = self.cache.claim([(trial, outcome.key, costly)], self.budget)[0] if valid else None
+        self.stats.told += 1
+        if decision is not None:
+            self._untrack(trial)
+            if decision == "budget":
+                tell_unevaluated(self.study, trial, "not evaluated: the study's budget was reached by other workers")
+                return
+            self.stats.cached += 1
+            known = self.cache.get(outcome.key).constraints() if outcome.key in self.cache else None
+            tell_repeat(self.study, trial, outcome.key, int(decision), known)
+            return
+        if choices is not None and self.executor is not None:
+            outcome = self._simulate(chosen, choices)
+        self._untrack(trial)
+        self.stats.invalid += outcome.status == INVALID
+        self.stats.oom += outcome.status == OOM
+        self.stats.failed += outcome.status == FAILED
+        tell_outcome(self.study, trial, outcome, self.objectives, simulated=costly)
+        if valid:
+            self.cache.put(outcome, trial.number, simulated=costly)
+
+    def _untrack(self, trial: optuna.trial.Trial) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.discard(trial._trial_id)
+
+    def _simulate(self, chosen: dict[str, Value], choices: dict[str, Value]) -> Outcome:
+        assert self.executor is not None
+        sub = hardware_space(self.space, chosen)
+        sub_catalog = HardwareCatalog(sub, reserve_gib=self.catalog.reserve_override)
+        cand = make_candidate(sub, sub_catalog, choices)
+        hw = sub_catalog.get(cand.hw_key)
+        self.executor.submit(cand.key, cand, hw)
+        (_, result), = self.executor.poll(wait_all=True)
+        if isinstance(result, Estimate):
+            return estimate_outcome(cand, result, hw.gpu.hbm_gib, sub_catalog.price(cand.hw_key), self.backend,
+                                    sub_catalog.reserve(cand.hw_key))
+        return failed_outcome(cand, result, self.backend)
+

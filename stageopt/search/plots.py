@@ -1,7 +1,8 @@
 """Study plots: optimization history, Pareto front, parameter importance, breakdown of the best plan.
 
-PNG with matplotlib (the ``plots`` extra; without it the plots are skipped with a
-note). HTML with optuna.visualization when plotly is installed. Only feasible
+PNG with matplotlib (a core dependency). HTML with optuna.visualization when plotly
+is installed (the ``plots`` extra), with plotly.js written once beside the pages so
+they open offline. Only feasible
 trials (valid, fitting memory, simulated by the study's backend or the screen)
 are plotted: penalties told for invalid plans would flatten every axis.
 """
@@ -17,7 +18,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from stageopt.search.cache import RESULT_ATTR
+from stageopt.search.cache import trial_outcome
 from stageopt.search.objective import OK, Objective, Outcome
 
 
@@ -31,8 +32,13 @@ class ReportFiles:
 
 
 def feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if (t.user_attrs.get(RESULT_ATTR) or {}).get("status") == OK]
+    """COMPLETE trials holding a feasible result, one per plan (a 0.2 study may repeat plans)."""
+    seen: dict[str, optuna.trial.FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        outcome = trial_outcome(t)
+        if outcome is not None and outcome.status == OK:
+            seen.setdefault(outcome.key, t)
+    return list(seen.values())
 
 
 def write_plots(study: optuna.Study, run_dir: Path, objectives: tuple[Objective, ...], backend: str,
@@ -43,7 +49,7 @@ def write_plots(study: optuna.Study, run_dir: Path, objectives: tuple[Objective,
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        files.notes.append("plots skipped: matplotlib is not installed (pip install 'stageopt[plots]')")
+        files.notes.append("plots skipped: matplotlib is not installed (pip install matplotlib)")
         return
     trials = feasible_trials(study)
     if not trials:
@@ -81,7 +87,7 @@ def _pareto(plt, trials: list[optuna.trial.FrozenTrial], objectives: tuple[Objec
     """Objective 1 vs 2 (or time vs peak memory for one objective), the non-dominated points highlighted."""
     from stageopt.search.ranking import pareto_ranks
 
-    recs = [t.user_attrs[RESULT_ATTR] for t in trials]
+    recs = [trial_outcome(t).record for t in trials]  # type: ignore[union-attr]
     if len(objectives) >= 2:
         x = np.array([t.values[0] for t in trials])
         y = np.array([t.values[1] for t in trials])
@@ -159,18 +165,21 @@ def _html(study: optuna.Study, run_dir: Path, trials: list[optuna.trial.FrozenTr
     try:
         import plotly  # noqa: F401
     except ImportError:
-        files.notes.append("HTML plots skipped: plotly is not installed (pip install plotly)")
+        files.notes.append("HTML plots skipped: plotly is not installed (pip install 'stageopt[plots]')")
         return
     import optuna.visualization as vis
 
     feas = _feasible_study(study.study_name, trials, objectives)
     names = [o.label for o in objectives]
     target = (lambda t: t.values[0]) if len(objectives) > 1 else None
-    figs = {"history": vis.plot_optimization_history(feas, target=target, target_name=names[0]),
-            "importance": vis.plot_param_importances(feas, target=lambda t: t.values[0], target_name=names[0])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the importance evaluator's note that it ranks for low values
+        figs = {"history": vis.plot_optimization_history(feas, target=target, target_name=names[0]),
+                "importance": vis.plot_param_importances(feas, target=lambda t: t.values[0], target_name=names[0])}
     if len(objectives) > 1:
         figs["pareto"] = vis.plot_pareto_front(feas, target_names=names)
     for name, fig in figs.items():
         path = run_dir / f"{name}.html"
-        fig.write_html(str(path), include_plotlyjs="cdn")
+        fig.write_html(str(path), include_plotlyjs="directory")  # plotly.min.js beside it: works offline
         files.written.append(str(path))
+    files.written.append(str(run_dir / "plotly.min.js"))

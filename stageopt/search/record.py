@@ -1,11 +1,14 @@
-"""Results that were not asked for through ``Study.ask`` (census plans, confirmed plans) as real trials.
+"""Plans chosen without the sampler (census answers, confirmed plans) as ordinary trials of the study.
 
-Why real trials: optuna-dashboard, ``study.best_trial``, ``stageopt report`` and a
-later ``--resume`` read the study and nothing else. A plan chosen by the census
-or by the confirmation loop is stored exactly as a sampled one would be: its
-parameters in the space's distributions, its objective values, its constraints
-(``valid``, ``memory_gib``) and its record, so the study's best trial is the
-answer the search printed.
+Why ordinary trials: optuna-dashboard, ``study.best_trial``, ``stageopt report``,
+``--resume`` and other workers read the study and nothing else. A plan chosen by
+the census or by the confirmation loop is stored exactly as a sampled one: its
+parameters under their own names and values in the space's distributions, and
+its result told by the same rules (:func:`~stageopt.search.cache.tell_outcome`:
+COMPLETE with its objective values when it runs and fits, PRUNED with its
+constraint values when it does not, FAIL when the simulator failed, flat
+attributes either way). Each plan is stored once: the study's claim lock decides,
+so two workers recording the same census add it once.
 """
 
 from __future__ import annotations
@@ -14,42 +17,35 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
-from stageopt.search.cache import RESULT_ATTR, stored_result
-from stageopt.search.objective import FAILED, Objective, Outcome
+from stageopt.search.cache import StudyCache, finished_trial
+from stageopt.search.objective import Objective, Outcome
 from stageopt.search.space import SearchSpace, encode_choices
+from stageopt.search.workers import HeartbeatKeeper, claim_owner
 
 
-def outcome_trial(space: SearchSpace, choices: Mapping[str, Any], outcome: Outcome,
-                  objectives: tuple[Objective, ...], *, simulated: bool,
-                  extra: Mapping[str, Any] | None = None) -> optuna.trial.FrozenTrial:
-    """A finished trial for ``outcome`` of the plan chosen by ``choices`` (failed: state FAIL, no values)."""
+def add_outcomes(cache: StudyCache, space: SearchSpace, items: Iterable[tuple[Mapping[str, Any], Outcome]],
+                 objectives: tuple[Objective, ...], *, simulated: bool) -> int:
+    """Store each (choices, outcome) as a finished trial, in order, unless the study holds its plan; the count."""
     dists = space.distributions()
-    params = encode_choices(space, choices)
-    attrs = {RESULT_ATTR: stored_result(outcome, simulated=simulated, cached=False), **(extra or {})}
-    if outcome.status == FAILED:
-        return optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=params, distributions=dists,
-                                         user_attrs=attrs)
-    return optuna.trial.create_trial(values=outcome.values(objectives), params=params, distributions=dists,
-                                     user_attrs=attrs, constraints=outcome.constraints())
+    trials = [(o.key, finished_trial(encode_choices(space, ch), dists, o, objectives, simulated=simulated))
+              for ch, o in items]
+    return cache.add_finished(trials)
 
 
-def add_outcomes(study: optuna.Study, space: SearchSpace, items: Iterable[tuple[Mapping[str, Any], Outcome]],
-                 objectives: tuple[Objective, ...], *, simulated: bool,
-                 extra: Mapping[str, Any] | None = None) -> int:
-    """Store each (choices, outcome) as a trial, in order (the best first keeps ties on it); returns the count."""
-    trials = [outcome_trial(space, ch, o, objectives, simulated=simulated, extra=extra) for ch, o in items]
-    study.add_trials(trials)
-    return len(trials)
+def open_trial(study: optuna.Study, space: SearchSpace, choices: Mapping[str, Any],
+               heartbeat: HeartbeatKeeper | None) -> optuna.trial.Trial:
+    """A RUNNING trial whose parameters are ``choices`` (what ``ask`` plus the space's suggestions store).
 
-
-def tell_trial(study: optuna.Study, trial: optuna.trial.Trial, outcome: Outcome, objectives: tuple[Objective, ...],
-               *, simulated: bool, cached: bool = False) -> None:
-    """Tell an asked trial its outcome the same way (record, constraints, values; FAIL when it failed)."""
-    trial.set_user_attr(RESULT_ATTR, stored_result(outcome, simulated=simulated, cached=cached))
-    if outcome.status == FAILED:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        return
-    for name, value in outcome.constraints().items():
-        trial.set_constraint(name, value)
-    study.tell(trial, outcome.values(objectives))
+    It carries its owner and a heartbeat like an asked trial, so a worker that dies
+    while simulating it has it failed by the others and its plan simulated again.
+    """
+    template = optuna.trial.create_trial(state=TrialState.RUNNING, params=encode_choices(space, choices),
+                                         distributions=space.distributions())
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    trial = optuna.trial.Trial(study, trial_id)
+    if heartbeat is not None:
+        claim_owner(study, trial, heartbeat.owner)
+        heartbeat.add(trial_id)
+    return trial

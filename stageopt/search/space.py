@@ -14,6 +14,7 @@ that do not fit together (divisibility) are decided later, by :mod:`stageopt.sea
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,11 @@ import optuna
 
 from stageopt.errors import ConfigError
 from stageopt.frameworks import FrameworkProfile, load_profile
+from stageopt.inputs.gate import shorten
+from stageopt.inputs.limits import check_gpus
+from stageopt.inputs.names import check_plain_name
 from stageopt.inputs.schema import load_yaml_mapping
+from stageopt.inputs.shipped import SPACES_PACKAGE, shipped_dir, shipped_names
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
 from stageopt.search.dimensions import (
@@ -47,7 +52,7 @@ from stageopt.search.space_readers import (
     text,
 )
 
-SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
+SPACES_DIR = shipped_dir(SPACES_PACKAGE)  # the checkout's search_spaces/, or stageopt/search_spaces/ in a wheel
 DEFAULT_SPACE = "default"
 
 _TOP_KEYS = ("name", "description", "model", "model_set", "cluster", "training", "framework", "plan", "codesign",
@@ -152,7 +157,7 @@ def resolve_space_path(name_or_path: str | None) -> Path:
 
 
 def list_spaces() -> list[str]:
-    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+    return shipped_names(SPACES_DIR)
 
 
 def load_space(name_or_path: str | None = None) -> SearchSpace:
@@ -178,7 +183,8 @@ def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpac
     seq_values = int_list(training["seq"], f"{where}: training.seq", "sequence length") if "seq" in training else []
     models = _models(model_source, model_set, seq_values, where)
     frameworks = _frameworks(data.get("framework"), where)
-    gpus = tuple(int_list(cluster.get("gpus"), f"{where}: cluster.gpus", "GPU count"))
+    gpus = tuple(check_gpus(g, f"{where}: cluster.gpus")
+                 for g in int_list(cluster.get("gpus"), f"{where}: cluster.gpus", "GPU count"))
     hardware = text(cluster.get("hardware", "h100-sxm"), f"{where}: cluster.hardware")
     hw_set = tuple(str_list(cluster.get("hw_set", []), f"{where}: cluster.hw_set"))
     reserve = cluster.get("reserve_gib")
@@ -192,18 +198,26 @@ def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpac
     check_objectives(objectives, where)
     backend = text(data.get("backend", "analytical"), f"{where}: backend")
     if backend not in BACKENDS:
-        raise ConfigError(f"{where}: backend {backend!r} unknown; use one of {', '.join(BACKENDS)}")
+        raise ConfigError(f"{where}: backend {shorten(backend)} unknown; use one of {', '.join(BACKENDS)}")
     screen = data.get("screen")
     if screen is not None and screen != "analytical":
-        raise ConfigError(f"{where}: screen {screen!r} unknown; use 'analytical' or leave it out")
+        raise ConfigError(f"{where}: screen {shorten(screen)} unknown; use 'analytical' or leave it out")
     return SearchSpace(
-        name=text(data.get("name", Path(where).stem), f"{where}: name"),
+        name=_space_name(data, where),
         description=str(data.get("description", "")), source=where, model_source=model_source,
         model_set=model_set, model=first_model, models_by_seq=models, frameworks=frameworks, gpus=gpus,
         hardware=hardware, hw_set=hw_set, reserve_gib=reserve_gib, gbs=gbs_values[0], plan_dims=plan_dims,
         fixed_plan=fixed, hw_dims=hardware_dims,
         cost=cost_model(mapping(data.get("cost", {}), f"{where}: cost"), where),
         objectives=objectives, backend=backend, screen=screen)
+
+
+def _space_name(data: Mapping[str, Any], where: str) -> str:
+    """The study folder's stem: a given ``name:`` must be a plain name; the file's stem is made one."""
+    if "name" in data:
+        return check_plain_name(data["name"], f"{where}: name")
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", Path(where).stem).lstrip("._-")
+    return stem[:100] or "space"
 
 
 def _models(source: str, model_set: tuple[str, ...], seqs: list[int], where: str) -> dict[int, ModelSpec]:
@@ -228,7 +242,7 @@ def _frameworks(raw: Any, where: str) -> dict[str, FrameworkProfile]:
         except ConfigError as err:
             raise ConfigError(f"{where}: framework: {err}") from None
         if (name or profile.name) in out:
-            raise ConfigError(f"{where}: framework {name!r} is listed twice")
+            raise ConfigError(f"{where}: framework {shorten(name)} is listed twice")
         out[name or profile.name] = profile
     return out
 
@@ -252,7 +266,7 @@ def check_objectives(objectives: tuple[str, ...], where: str) -> None:
         if name not in OBJECTIVES:
             close = difflib.get_close_matches(name, OBJECTIVES, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(f"{where}: objective {name!r} unknown; {hint}use {', '.join(OBJECTIVES)}")
+            raise ConfigError(f"{where}: objective {shorten(name)} unknown; {hint}use {', '.join(OBJECTIVES)}")
     if len(set(objectives)) != len(objectives):
         raise ConfigError(f"{where}: objectives {list(objectives)} repeat a name; list each once")
 
@@ -286,6 +300,6 @@ def _plan_values(name: str, raw: Any, where: str) -> list[Value]:
     for item in items:
         value = plan_value(name, item, where)
         if value in out:
-            raise ConfigError(f"{where}: value {item!r} is listed twice")
+            raise ConfigError(f"{where}: value {shorten(item)} is listed twice")
         out.append(value)
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import shorten
 from stageopt.frameworks import FrameworkProfile
 from stageopt.model.spec import ModelSpec
 from stageopt.search.dimensions import Dimension, Value
@@ -50,5 +51,5 @@ def _check_schedules(schedules: list[Value], pps: list[Value], frameworks: Mappi
     for schedule in schedules:
         if not any(schedule in f.schedules for f in frameworks.values()):
             runs = "; ".join(f"{n} runs {', '.join(f.schedules)}" for n, f in frameworks.items())
-            raise ConfigError(f"{where}: plan.schedule {schedule!r} is not implemented by the framework ({runs}); "
+            raise ConfigError(f"{where}: plan.schedule {shorten(schedule)} is not implemented by the framework ({runs}); "
                               "drop it or choose another framework")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Union
 
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import shorten
 from stageopt.hardware import apply_hw_overrides, hw_override_keys, list_hardware_presets, load_hardware
 from stageopt.search.dimensions import HW_ALIASES, CostModel, Dimension, Range, Value
 from stageopt.search.space_readers import check_keys, mapping, nonneg_float, pos_float, pos_int, str_list
@@ -32,14 +33,14 @@ def hw_dims(section: Mapping[str, Any], hardware: str, hw_set: tuple[str, ...], 
         try:
             apply_hw_overrides(load_hardware(preset), hw_set)
         except ConfigError as err:
-            raise ConfigError(f"{where}: hardware {preset!r}: {err}") from None
+            raise ConfigError(f"{where}: hardware {shorten(preset)}: {err}") from None
     dims: list[Dim] = []
     for name, raw in section.items():
         at = f"{where}: codesign.{name}"
         if name == "hardware":
             values: list[Value] = list(dict.fromkeys(presets))
             if len(values) != len(presets):
-                raise ConfigError(f"{at} must list distinct presets, got {raw!r}")
+                raise ConfigError(f"{at} must list distinct presets, got {shorten(raw)}")
             dims.append(Dimension(name=name, values=tuple(values)))
             continue
         path = HW_ALIASES.get(name, name)
@@ -50,7 +51,7 @@ def hw_dims(section: Mapping[str, Any], hardware: str, hw_set: tuple[str, ...], 
             continue
         values = list(raw) if isinstance(raw, list) else [raw]
         if not values or len(set(map(str, values))) != len(values):
-            raise ConfigError(f"{at} must list distinct values, got {raw!r}")
+            raise ConfigError(f"{at} must list distinct values, got {shorten(raw)}")
         for value in values:
             _check_hw_value(presets, hw_set, path, value, at)
         dims.append(Dimension(name=name, values=tuple(values)))
@@ -63,7 +64,7 @@ def _check_hw_value(presets: list[str], hw_set: tuple[str, ...], path: str, valu
         try:
             apply_hw_overrides(load_hardware(preset), [*hw_set, f"{path}={value}"])
         except ConfigError as err:
-            raise ConfigError(f"{where}: {value!r}: {err}") from None
+            raise ConfigError(f"{where}: {shorten(value)}: {err}") from None
 
 
 def _range(name: str, raw: Mapping[str, Any], where: str) -> Range:
@@ -89,12 +90,12 @@ def cost_model(section: Mapping[str, Any], where: str) -> CostModel:
     known = list_hardware_presets()
     for preset, price in prices.items():
         if str(preset) not in known and not str(preset).endswith((".yaml", ".yml")):
-            raise ConfigError(f"{where}: cost.gpu_hour_usd: {preset!r} is not a hardware preset ({', '.join(known)})")
+            raise ConfigError(f"{where}: cost.gpu_hour_usd: {shorten(preset)} is not a hardware preset ({', '.join(known)})")
         pos_float(price, f"{where}: cost.gpu_hour_usd.{preset}")
     node = mapping(section.get("node_gpus_usd_per_gpu_hour", {}), f"{where}: cost.node_gpus_usd_per_gpu_hour")
     return CostModel(
         gpu_hour_usd={str(k): float(v) for k, v in prices.items()},
-        node_gpus_usd_per_gpu_hour={pos_int(int(k) if str(k).isdigit() else k,
+        node_gpus_usd_per_gpu_hour={pos_int(int(k) if str(k).isdigit() and len(str(k)) < 20 else k,
                                              f"{where}: cost.node_gpus_usd_per_gpu_hour"):
                                     nonneg_float(v, f"{where}: cost.node_gpus_usd_per_gpu_hour.{k}")
                                     for k, v in node.items()},

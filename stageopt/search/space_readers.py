@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from stageopt.errors import ConfigError
+from stageopt.inputs.gate import shorten
+from stageopt.inputs.limits import MAX_COUNT, check_count, check_finite
 
 
 def check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
@@ -14,20 +16,20 @@ def check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str)
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(f"{where}: unknown key '{key}'; {hint}allowed: {', '.join(map(str, allowed))}")
+            raise ConfigError(f"{where}: unknown key {shorten(key)}; {hint}allowed: {', '.join(map(str, allowed))}")
 
 
 def mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {shorten(value)}")
     return value
 
 
 def text(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+        raise ConfigError(f"{where}: expected a non-empty string, got {shorten(value)}")
     return value
 
 
@@ -40,8 +42,8 @@ def str_list(value: Any, where: str) -> list[str]:
 
 def pos_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
-    return value
+        raise ConfigError(f"{where}: expected a positive integer, got {shorten(value)}")
+    return check_count(value, where, low=1, high=MAX_COUNT, why="no count in a training space comes near it")
 
 
 def int_list(value: Any, where: str, what: str) -> list[int]:
@@ -52,17 +54,17 @@ def int_list(value: Any, where: str, what: str) -> list[int]:
         raise ConfigError(f"{where}: empty list; give at least one {what}")
     out = [pos_int(v, where) for v in items]
     if len(set(out)) != len(out):
-        raise ConfigError(f"{where}: {out} repeats a value")
+        raise ConfigError(f"{where}: {shorten(out)} repeats a value")
     return out
 
 
 def pos_float(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{where}: expected a positive number, got {value!r}")
-    return float(value)
+        raise ConfigError(f"{where}: expected a positive number, got {shorten(value)}")
+    return check_finite(value, where)
 
 
 def nonneg_float(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{where}: expected a number >= 0, got {value!r}")
-    return float(value)
+        raise ConfigError(f"{where}: expected a number >= 0, got {shorten(value)}")
+    return check_finite(value, where)

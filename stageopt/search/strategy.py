@@ -17,10 +17,9 @@ asked for — and every mode must leave the same kind of study behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stageopt.search.cache import ResultCache
+from stageopt.search.cache import StudyCache
 from stageopt.search.census import Census
 from stageopt.search.driver import LoopStats, SearchLoop, best_outcomes
 from stageopt.search.objective import Objective, Outcome
@@ -46,7 +45,7 @@ class Answer:
 
     mode: str
     stats: LoopStats
-    cache: ResultCache
+    cache: StudyCache
     best: list[Outcome]  # the backend's best plan, or its Pareto front
     analytical_best: list[Outcome] = field(default_factory=list)  # the census's (for side-by-side)
     lines: list[str] = field(default_factory=list)  # one-line statements for the user
@@ -90,12 +89,10 @@ def sampled_answer(loop: SearchLoop, census: Census | None, objectives: tuple[Ob
                   lines=comparison_lines(best, census, objectives, backend, "sample"), loop=loop)
 
 
-def census_answer(mode: str, stats: LoopStats, cache: ResultCache, census: Census,
+def census_answer(mode: str, stats: LoopStats, cache: StudyCache, census: Census,
                   objectives: tuple[Objective, ...], backend: str, lines: list[str]) -> Answer:
     best = best_outcomes(cache.outcomes(), objectives, backend)
     return Answer(mode=mode, stats=stats, cache=cache, best=best, analytical_best=census.front(objectives),
                   lines=lines + comparison_lines(best, census, objectives, backend, mode),
                   scored=len(census) if mode == "exact" else None)
 
-
-ProgressFn = Callable[[int, int], None]

@@ -20,12 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.hardware import Hardware
-from stageopt.hardware.network import p2p_time
+from stageopt.hardware.network import pipeline_message_time
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_blocks import block_costs
 from stageopt.sim.analytical_stages import layer_split, stage_compositions, stage_memory, stage_time_parts
-from stageopt.sim.analytical_tail import stage_tail
+from stageopt.sim.analytical_tail import stage_tail, zero3_exposed
 from stageopt.workload.memory import GIB
 
 FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero")
@@ -62,12 +62,12 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np
     pp, vpp = c["pp"], c["vpp"]
     stages = stage_compositions(model, c, layers)
     boundary = cost["dense"]["agg"]["boundary_bytes"]
-    t_p2p = p2p_time(hw, boundary, c["tp"] * c["cp"] * c["dp"])
+    t_p2p = pipeline_message_time(hw, proto, boundary, c["tp"], c["tp"] * c["cp"] * c["dp"])
     tail_parts = {name: stage_tail(hw, proto, cost, comp, c, m) for name, comp in stages.items()}
     parts = {}
     for name, comp in stages.items():
         parts[name] = stage_time_parts(cost, comp, t_p2p, c)
-        parts[name]["zero3"] = tail_parts[name]["zero3"]  # on the critical path of every micro-batch
+        parts[name]["zero3"] = zero3_exposed(tail_parts[name], parts[name]["compute"], proto.framework.zero3_prefetch)
     t_stage = {name: sum(p[k] for k in ("compute", "tp", "cp", "ep", "p2p", "zero3")) for name, p in parts.items()}
     t_max = np.maximum.reduce([t_stage["first"], np.where(pp > 2, t_stage["middle"], 0), t_stage["last"]])
     total_layers_t = (model.layers - layers["first"] - layers["last"]) / np.maximum(layers["middle"], 1)

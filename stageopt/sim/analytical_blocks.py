@@ -15,8 +15,8 @@ from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block, compile_op_table
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, kernel_seconds
-from stageopt.hardware.network import collective_time
+from stageopt.hardware.kernels import KERNEL_CODES, Kernels, kernel_seconds
+from stageopt.hardware.network import collective_time, exposed_under_gemm
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 
@@ -29,18 +29,29 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     block = compile_block(kind, arch, proto.recompute)
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
-    flops, nbytes = table.evaluate(values, n)
-    codes = np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None]
-    times = kernel_seconds(hw, proto.dtype, codes, flops, nbytes, (table.phases == 1)[:, None])
+    rows = table.evaluate(values, n)
+    times = kernel_seconds(hw, proto.dtype, Kernels(
+        code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
+        flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
+        precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
+        count=table.launches[:, None]), proto.framework.attention_kernel)
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
     degree = {"tp": c["tp"], "cp": c["cp"], "ep": c["ep"]}
     stride = {"tp": np.ones(n), "cp": c["tp"], "ep": c["tp"] * c["cp"]}
     for axis in ("tp", "cp", "ep"):
         cost[f"comm_{axis}"] = np.zeros(n)
+    groups: dict[tuple[str, str], list] = {}
     for cs in block.collectives:
-        size = agg[block.names[cs.index + 1]] if cs.kind == "all_gather" else agg[block.names[cs.index]]
-        cost[f"comm_{cs.axis}"] = cost[f"comm_{cs.axis}"] + collective_time(
-            hw, cs.kind, size, degree[cs.axis], stride[cs.axis])
+        groups.setdefault((cs.kind, cs.axis), []).append(cs)
+    for (kind_, axis), members in groups.items():  # one vectorized call per collective kind and axis
+        sizes = np.array([agg[block.names[cs.index + 1]] if kind_ == "all_gather" else agg[block.names[cs.index]]
+                          for cs in members])
+        comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis])
+        for i, cs in enumerate(members):
+            if cs.hides:
+                hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), c["tp"])
+                comm[i] = np.where(c["tp_overlap"], hidden, comm[i])
+        cost[f"comm_{axis}"] = cost[f"comm_{axis}"] + comm.sum(axis=0)
     return cost
 

@@ -62,10 +62,6 @@ def stage_time_parts(cost: dict, comp: dict, t_p2p: np.ndarray, c: dict) -> dict
         for axis in ("tp", "cp", "ep"):
             parts[axis] = parts[axis] + count * cost[kind][f"comm_{axis}"]
     parts["p2p"] = comp["sends"] * t_p2p
-    # Pipelined TP collectives hide behind the GEMMs next to them; a quarter (the first and
-    # last chunk of each pipelined pair) stays exposed, and all of what exceeds the compute.
-    hidden = np.minimum(0.75 * parts["tp"], parts["compute"])
-    parts["tp"] = np.where(c["tp_overlap"], parts["tp"] - hidden, parts["tp"])
     return parts
 
 

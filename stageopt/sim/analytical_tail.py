@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.hardware import Hardware
-from stageopt.hardware.network import collective_time, flat_scaleout_time
+from stageopt.hardware.network import collective_time
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_stages import stage_params
 from stageopt.workload.memory import OPTIMIZER_BYTES
@@ -20,40 +20,61 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     """Exposed data-parallel reduction and the optimizer step of one stage."""
     dense, expert = stage_params(cost, comp, c)
     edp = c["dp"] / c["ep"]
-    groups = ((dense, c["dp"] * c["cp"]), (expert, edp * c["cp"]))
+    expert_stride = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])  # with cp = 1 expert-grad groups step over ep
+    groups = ((dense, c["dp"] * c["cp"], c["tp"]), (expert, edp * c["cp"], expert_stride))
     g_bytes, w_bytes = proto.grad_bytes, proto.dtype_bytes
     zero = c["zero"]
-    grad_t = sum(np.where(zero == 0, collective_time(hw, "all_reduce", p * g_bytes, n, c["tp"]),
-                          collective_time(hw, "reduce_scatter", p * g_bytes, n, c["tp"])) for p, n in groups)
-    gather_t = sum(np.where((zero >= 1) & (zero <= 2), collective_time(hw, "all_gather", p * w_bytes, n, c["tp"]), 0)
-                   for p, n in groups)
     layers = sum(n for k, n in comp.items() if k in ("dense", "moe", "embedding", "head"))
     layers = np.maximum(layers, 1)
+    stack = proto.framework
+
+    def sync(kind, params, n, stride, per_param_bytes, bucket, per_block=False):
+        return bucketed_time(hw, kind, params, per_param_bytes, n, stride, bucket, layers if per_block else 1)
+
+    bucket = stack.grad_bucket(c["dp"] * c["cp"])
+    grad_t = sum(np.where(zero == 0, sync("all_reduce", p, n, s, g_bytes, bucket),
+                          sync("reduce_scatter", p, n, s, g_bytes, bucket)) for p, n, s in groups)
+    gather_t = sum(np.where((zero >= 1) & (zero <= 2), sync("all_gather", p, n, s, w_bytes, bucket), 0)
+                   for p, n, s in groups)
     bwd_one = sum(n * cost[k]["bwd"] for k, n in comp.items() if k in cost)
     fwd_one = sum(n * cost[k]["fwd"] for k, n in comp.items() if k in cost)
     overlap = c["dp_overlap"]
     exposed = np.where(overlap, np.maximum(grad_t / layers, grad_t - bwd_one), grad_t)
     exposed = exposed + np.where(overlap, np.maximum(gather_t / layers, gather_t - fwd_one), gather_t)
     dp_time = np.where(zero >= 3, 0.0, exposed)
-    zero3_mb = np.where(zero >= 3, zero3_time(hw, groups, w_bytes, g_bytes), 0.0)
+    bucket = stack.zero3_bucket_params
+    gathers = sum(sync("all_gather", p, n, s, w_bytes, bucket, per_block=True) for p, n, s in groups)
+    scatters = sum(sync("reduce_scatter", p, n, s, g_bytes, bucket, per_block=True) for p, n, s in groups)
+    zero3_mb = np.where(zero >= 3, 2 * gathers + scatters, 0.0)
+    zero3_first = np.where(zero >= 3, gathers / layers, 0.0)
     shard = np.where(zero >= 1, 1.0, 0.0)
     updated = dense / np.where(shard > 0, c["dp"] * c["cp"], 1) + expert / np.where(shard > 0, edp * c["cp"], 1)
     opt_bytes = updated * (ADAM_STATE_TRAFFIC + g_bytes + w_bytes)
-    optimizer = opt_bytes / (hw.gpu.hbm_gbps * 1e9 * hw.gpu.efficiency.memory_fraction)
-    return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb}
+    optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
+    return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_first": zero3_first}
 
 
-def zero3_time(hw: Hardware, groups, w_bytes: int, g_bytes: int) -> np.ndarray:
-    """ZeRO-3's per-layer gathers (forward and backward) and gradient reduce-scatter, per micro-batch.
+def bucketed_time(hw: Hardware, kind: str, params, per_param_bytes: int, n, stride, bucket_params,
+                  min_buckets=1):
+    """A collective over ``params`` parameters issued in buckets, each paying the collective's latency.
 
-    Calibrated on Narayanan et al. 2021, Table 2: ZeRO-3 at 384-2,240 A100s ran at
-    the speed of flat rings bound by each GPU's NIC, with no measurable overlap,
-    so they are charged that way (over the scale-out tier, exposed).
+    Buckets hold at most ``bucket_params`` parameters (the stack's bucket size;
+    None: no limit) and there are at least ``min_buckets`` (ZeRO-3 gathers at
+    least once per block).
     """
-    total = 0.0
-    for params, n in groups:
-        gather = flat_scaleout_time(hw, "all_gather", params * w_bytes, n)
-        scatter = flat_scaleout_time(hw, "reduce_scatter", params * g_bytes, n)
-        total = total + 2 * gather + scatter
-    return total
+    params = np.asarray(params, dtype=float)
+    buckets = np.maximum(np.ceil(params / bucket_params), 1.0) if bucket_params is not None else np.ones_like(params)
+    buckets = np.maximum(buckets, min_buckets)
+    return np.where(params > 0, buckets * collective_time(hw, kind, params * per_param_bytes / buckets, n, stride), 0.0)
 
+
+def zero3_exposed(tail: dict[str, np.ndarray], compute: np.ndarray, overlap: np.ndarray) -> np.ndarray:
+    """ZeRO-3 communication left on a micro-batch's critical path.
+
+    With overlap, each block's gather is prefetched while the previous block
+    computes and scatters drain behind the backward, on their own stream: only
+    the first gather waits, plus whatever the communication has beyond the
+    compute. Without overlap all of it is exposed.
+    """
+    hidden = np.maximum(tail["zero3"] - compute, 0.0) + tail["zero3_first"]
+    return np.where(overlap, np.minimum(hidden, tail["zero3"]), tail["zero3"])

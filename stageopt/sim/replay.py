@@ -5,16 +5,25 @@ dependencies, same collectives), one representative rank per stage, with the
 hardware model's kernel times (the same per-kernel model as the analytical
 backend) and hierarchical collective times (:mod:`stageopt.hardware.network`).
 Cost does not grow with data-parallel size.
+
+``dp_stream``: ``background`` (the default) runs data-parallel gradient
+collectives on their own stream, as Megatron-LM does; ``shared`` puts them on
+the one communication slot, ASTRA-sim's rule, which is how the replay
+reproduces ``--backend astra-sim``.
 """
 
 from __future__ import annotations
 
+from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
 from stageopt.program import ProgramOptions, build_programs
 from stageopt.program.durations import node_durations
 from stageopt.sim.base import Estimate, Simulator, estimate_from_times
-from stageopt.sim.stage_replay import replay_stages
+from stageopt.sim.stage_replay import BACKGROUND_PHASES, replay_stages
 from stageopt.workload import Workload
+
+
+DP_STREAMS = ("background", "shared")
 
 
 class ReplaySimulator(Simulator):
@@ -22,12 +31,16 @@ class ReplaySimulator(Simulator):
 
     name = "replay"
 
-    def __init__(self, options: ProgramOptions | None = None) -> None:
+    def __init__(self, options: ProgramOptions | None = None, dp_stream: str = "background") -> None:
+        if dp_stream not in DP_STREAMS:
+            raise ConfigError(f"dp_stream {dp_stream!r} is unknown; use one of {', '.join(DP_STREAMS)}")
         self.options = options
+        self.dp_stream = dp_stream
 
     def evaluate(self, work: Workload, hw: Hardware) -> Estimate:
         programs = build_programs(work, self.options)
-        timings = replay_stages(programs, [node_durations(p, work, hw) for p in programs])
+        background = BACKGROUND_PHASES if self.dp_stream == "background" else ()
+        timings = replay_stages(programs, [node_durations(p, work, hw) for p in programs], background)
         slowest = max(timings, key=lambda t: t.finish_s)
         est = estimate_from_times(work, hw, self.name, slowest.finish_s, slowest.comm_only_s)
         e = slowest.exposed_s
@@ -35,4 +48,4 @@ class ReplaySimulator(Simulator):
                      "exposed_ep_comm": e["ep"], "pipeline_p2p": e["p2p"], "pipeline_bubble": slowest.idle_s,
                      "exposed_dp_comm": e["dp"], "exposed_comm": slowest.comm_only_s}
         return Estimate(**{**est.__dict__, "time_breakdown_s": breakdown,
-                           "details": {"stage_finish_s": [t.finish_s for t in timings]}})
+                           "details": {"stage_finish_s": [t.finish_s for t in timings], "dp_stream": self.dp_stream}})

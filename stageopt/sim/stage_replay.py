@@ -7,9 +7,10 @@ compute slot and one communication slot (collectives and sends share it;
 receives take none); whenever a node finishes, ready nodes are issued in
 ascending id order, each if its slot is free; a receive completes when its
 message (matched by sender stage, receiver stage and tag) has arrived — with
-one deliberate difference: data-parallel gradient collectives run on a second,
-background communication slot, as Megatron-LM runs them on their own CUDA
-stream (ZeRO-3's gathers stay on the main slot: measured runs show no overlap). With ASTRA-sim's single slot a gradient bucket issued
+one deliberate difference: data-parallel collectives (gradient buckets, and
+ZeRO-3/FSDP's per-layer parameter gathers, prefetched one block ahead, and
+gradient scatters) run on a second, background communication slot, as
+Megatron-LM and FSDP run them on their own CUDA streams. With ASTRA-sim's single slot a gradient bucket issued
 during the last backward blocks every TP collective and pipeline send behind
 it, and the delay cascades through all stages; ``stageopt replay`` (the
 compatible mode) keeps that rule for bit-exact ASTRA-sim reproduction.
@@ -26,7 +27,7 @@ import numpy as np
 from stageopt.errors import SimulatorError
 from stageopt.program.nodes import COMP, NEXT, RECV, SEND, StageProgram
 
-BACKGROUND_PHASES = ("dp",)
+BACKGROUND_PHASES = ("dp", "zero3")
 
 
 CATEGORIES = ("tp", "cp", "ep", "p2p", "dp")  # order in which exposed communication is attributed
@@ -94,7 +95,8 @@ def _measure(intervals: list[tuple[float, float]]) -> float:
 class _Replay:
     """Mutable state of one replay: ready queues, busy slots, pending messages, busy spans."""
 
-    def __init__(self, programs: list[StageProgram], durations: list[np.ndarray]) -> None:
+    def __init__(self, programs: list[StageProgram], durations: list[np.ndarray],
+                 background: tuple[str, ...] = BACKGROUND_PHASES) -> None:
         self.p = len(programs)
         self.nodes = [prog.nodes for prog in programs]
         self.durations = durations
@@ -107,7 +109,7 @@ class _Replay:
                 for d in (*n.data_deps, *n.ctrl_deps):
                     kids[d].append(n.id)
             self.children.append(kids)
-        self.slot_of = [[0 if n.type == COMP else (2 if n.phase in BACKGROUND_PHASES else 1) for n in ns]
+        self.slot_of = [[0 if n.type == COMP else (2 if n.phase in background else 1) for n in ns]
                         for ns in self.nodes]
         self.ready: list[tuple[list[int], ...]] = [([], [], []) for _ in range(self.p)]
         self.busy = [[False, False, False] for _ in range(self.p)]
@@ -191,8 +193,13 @@ class _Replay:
                            idle_s=max(self.finish[s] - _measure(covered), 0.0))
 
 
-def replay_stages(programs: list[StageProgram], durations: list[np.ndarray]) -> list[StageTiming]:
-    """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds."""
-    replay = _Replay(programs, durations)
+def replay_stages(programs: list[StageProgram], durations: list[np.ndarray],
+                  background: tuple[str, ...] = BACKGROUND_PHASES) -> list[StageTiming]:
+    """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds.
+
+    ``background``: phases whose collectives get the second communication
+    slot; ``()`` is ASTRA-sim's one-slot rule.
+    """
+    replay = _Replay(programs, durations, background)
     replay.run()
     return [replay.timing(s) for s in range(replay.p)]

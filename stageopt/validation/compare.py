@@ -1,7 +1,8 @@
 """Predicted vs measured for published runs: per-row error, per-source MAPE, rank agreement, regret.
 
-Every prediction comes from :func:`stageopt.sim.run.simulate_plan`, the
-function behind ``stageopt simulate``. Errors are on throughput (the source's
+Every prediction takes the path of :func:`stageopt.sim.run.simulate_plan`, the
+function behind ``stageopt simulate`` (the same workload and hardware builders,
+then the analytical simulator). Errors are on throughput (the source's
 metric, or 1/time), so a row that is predicted 10% fast reads +10% whatever
 its unit. Families are runs of one model on one cluster whose plans differ:
 Spearman's rho of predicted against measured throughput says whether the model
@@ -19,7 +20,10 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from stageopt.errors import StageoptError
-from stageopt.sim.run import simulate_plan
+from stageopt.hardware import Hardware, apply_hw_overrides
+from stageopt.sim.analytical import AnalyticalSimulator
+from stageopt.sim.run import hardware_for, workload_for
+from stageopt.workload import Workload
 from stageopt.validation.flops import source_flops
 from stageopt.validation.runs import PublishedRun
 
@@ -32,6 +36,7 @@ class Comparison:
     measured: float
     predicted: float
     iteration_time_s: float
+    tokens_per_iteration: float = 0.0  # global batch x sequence: turns a time into a throughput
 
     @property
     def throughput_ratio(self) -> float:
@@ -45,10 +50,29 @@ class Comparison:
         return self.throughput_ratio - 1.0
 
 
-def predict(run: PublishedRun, hw_set: Sequence[str] = ()) -> Comparison:
-    """Simulate ``run`` as a user would and express the result in its metric."""
-    work, est = simulate_plan(run.model, run.plan, run.gpus, hardware=run.hardware, framework=run.framework,
-                              model_set=run.model_set, hw_set=(*run.hw_set, *hw_set))
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run's workload and hardware, built once (calibration re-prices them many times)."""
+
+    run: PublishedRun
+    work: Workload
+    hardware: Hardware
+
+
+def prepare(run: PublishedRun) -> PreparedRun:
+    """The workload and hardware ``stageopt simulate`` builds for ``run`` (same functions)."""
+    work = workload_for(run.model, run.plan, run.gpus, framework=run.framework, model_set=run.model_set)
+    return PreparedRun(run=run, work=work, hardware=hardware_for(run.hardware, run.hw_set))
+
+
+def predict(run: PublishedRun | PreparedRun, hw_set: Sequence[str] = ()) -> Comparison:
+    """Simulate ``run`` as a user would and express the result in its metric.
+
+    ``hw_set`` adds hardware overrides after the row's own (calibration).
+    """
+    prepared = run if isinstance(run, PreparedRun) else prepare(run)
+    run, work = prepared.run, prepared.work
+    est = AnalyticalSimulator().evaluate(work, apply_hw_overrides(prepared.hardware, list(hw_set)))
     t = est.iteration_time_s
     if run.metric == "tokens_per_s_per_gpu":
         value = est.tokens_per_s / run.gpus
@@ -57,7 +81,8 @@ def predict(run: PublishedRun, hw_set: Sequence[str] = ()) -> Comparison:
     else:
         tflops = source_flops(work.model, work.plan.gbs, run.flops_formula) / (t * run.gpus) / 1e12
         value = tflops if run.metric == "tflops_per_gpu" else 100 * est.mfu * tflops / est.model_tflops_per_gpu
-    return Comparison(run=run, measured=run.value, predicted=value, iteration_time_s=t)
+    return Comparison(run=run, measured=run.value, predicted=value, iteration_time_s=t,
+                      tokens_per_iteration=float(work.plan.gbs * work.model.seq))
 
 
 def predict_all(runs: Iterable[PublishedRun], hw_set_by_hardware: dict[str, Sequence[str]] | None = None
@@ -95,8 +120,12 @@ def by_key(comps: Iterable[Comparison], key) -> dict[str, list[Comparison]]:
 
 
 def _throughputs(comps: Sequence[Comparison]) -> tuple[np.ndarray, np.ndarray]:
-    measured = np.array([1 / c.measured if c.run.metric == "iteration_time_s" else c.measured for c in comps])
-    predicted = np.array([1 / c.predicted if c.run.metric == "iteration_time_s" else c.predicted for c in comps])
+    """Throughputs to rank plans by: tokens per second for time rows (their global batches may differ)."""
+    def rate(c: Comparison, value: float) -> float:
+        return c.tokens_per_iteration / value if c.run.metric == "iteration_time_s" else value
+
+    measured = np.array([rate(c, c.measured) for c in comps])
+    predicted = np.array([rate(c, c.predicted) for c in comps])
     return measured, predicted
 
 

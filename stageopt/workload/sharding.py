@@ -50,6 +50,11 @@ class Workload:
     def stage_sum(self, stage: int, name: str) -> float:
         return sum(self.chunk_sum(c, name) for c in self.chunks[stage])
 
+    def message_bytes(self, chunk: Chunk) -> int:
+        """Bytes of one pipeline message out of ``chunk`` (a 1/tp shard under scatter-gather)."""
+        boundary = max(self.value(k, "boundary_bytes") for k in chunk.blocks)
+        return round(boundary / self.plan.tp if self.plan.p2p_scatter_gather else boundary)
+
     @cached_property
     def params_total(self) -> float:
         return sum(self.stage_sum(s, "params_dense") + self.stage_sum(s, "params_expert") for s in range(self.stages))

@@ -93,9 +93,8 @@ def _p2p_bytes(work: Workload, stage: int) -> float:
     last = work.plan.pp * work.plan.vpp - 1
     total = 0.0
     for chunk in work.chunks[stage]:
-        boundary = max(work.value(k, "boundary_bytes") for k in chunk.blocks)
         sends = (chunk.virtual != last) + (chunk.virtual != 0)
-        total += sends * boundary
+        total += sends * work.message_bytes(chunk)
     return total * work.plan.microbatches
 
 

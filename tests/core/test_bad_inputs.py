@@ -87,3 +87,82 @@ def test_missing_required_argument_is_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["inspect", "--model", "llama3-8b"])
     assert exc.value.code == 2
+
+
+# Issue 16's cases, with the words each message must hold (the attack suite covers their kinds).
+HF_BASE = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("raw, words", [
+    ('"abc"', ["num_hidden_layers", "'abc'", "not an integer"]),
+    ("null", ["num_hidden_layers", "None"]),
+    ("31.7", ["num_hidden_layers", "31.7", "not an integer"]),
+    ("NaN", ["NaN"]),
+    ("Infinity", ["Infinity"]),
+    ("1e400", ["num_hidden_layers"]),
+    (str(10**29), ["layers", "1e+05"]),
+])
+def test_hf_config_wrong_types(capsys, tmp_path, raw, words):
+    import json
+    text = json.dumps(HF_BASE).replace('"num_hidden_layers": 2', f'"num_hidden_layers": {raw}')
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    code, err = run_cli(capsys, ["inspect", "--model", str(path), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and len(err.splitlines()) == 1, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def _bomb(levels: int = 8) -> str:
+    """A flow list whose last item repeats the one before ten times, ``levels`` deep (10^levels leaves)."""
+    items = ["&l0 [x, x, x, x, x, x, x, x, x, x]"]
+    items += [f"&l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+def test_alias_bomb_in_model_name(capsys, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(f"name: {_bomb()}\nfamily: llama\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 4\n"
+                    "ffn: 128\nvocab: 100\nseq: 32\n")
+    code, err = run_cli(capsys, ["inspect", "--model", str(path), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and "expands to more than 100,000 nodes" in err and len(err) < 300
+
+
+def test_small_alias_structure_as_model_name_is_a_type_error(capsys, tmp_path):
+    """Under the expansion limit, a list where a name belongs is refused, and the message stays short."""
+    path = tmp_path / "m.yaml"
+    path.write_text(f"name: {_bomb(4)}\nfamily: llama\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 4\n"
+                    "ffn: 128\nvocab: 100\nseq: 32\n")
+    code, err = run_cli(capsys, ["inspect", "--model", str(path), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and "'name' must be text" in err and len(err) < 300
+
+
+def test_alias_structure_in_space_plan_gives_a_short_line(capsys, tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(f"model: llama3-8b\ncluster: {{gpus: 8}}\ntraining: {{global_batch: 8}}\nplan: {{tp: {_bomb(4)}}}\n")
+    code, err = run_cli(capsys, ["search", "--space", str(path), "--budget", "1", "--runs-dir", str(tmp_path / "r")])
+    assert code == 2 and "plan.tp" in err and len(err) < 300, err
+
+
+@pytest.mark.parametrize("encode, words", [
+    (lambda t: t.encode("utf-16"), ["UTF-16"]),
+    (lambda t: t.encode("utf-16-le"), ["NUL bytes"]),
+    (lambda t: t.encode("latin-1") + b"\xe9", ["not UTF-8", "0xe9"]),
+    (lambda t: bytes(range(256)), ["NUL bytes"]),
+])
+def test_model_file_encoding(capsys, tmp_path, encode, words):
+    path = tmp_path / "m.yaml"
+    path.write_bytes(encode("family: llama\nlayers: 2\n"))
+    code, err = run_cli(capsys, ["inspect", "--model", str(path), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and len(err.splitlines()) == 1
+    for word in words:
+        assert word in err, (word, err)
+
+
+def test_yaml_with_a_null_key_is_one_line(capsys, tmp_path):
+    """A lone '?' is a YAML mapping whose key is null (found by the Hypothesis attack suite)."""
+    bad = tmp_path / "q.yaml"
+    bad.write_text("?")
+    code, err = run_cli(capsys, ["inspect", "--model", str(bad), "--plan", "tp=1", "--gpus", "1"])
+    assert code == 2 and len(err.splitlines()) == 1 and "field names must be text" in err

@@ -62,12 +62,29 @@ def rank_totals(directory: Path, rank: int, groups: dict[int, list[int]]) -> Ran
     return out
 
 
-def expected_collectives(plan: Plan, stage_report: dict, rank: int) -> Counter:
-    """``inspect``'s per-(member set, type) byte totals for one rank."""
+def expected_collectives(plan: Plan, stage_report: dict, rank: int, node_gpus: int = 8) -> Counter:
+    """``inspect``'s per-(member set, type) byte totals for one rank.
+
+    A group with several members in each of several nodes is written as its
+    hierarchical phases (except ZeRO-3's): the members in this rank's node
+    (``near``) and the members at this rank's position in every node (``far``).
+    """
     out: Counter = Counter()
     for c in stage_report["collectives"]:
-        members = frozenset(group_members(plan, c["group"], rank))
-        out[(members, c["type"])] += c["bytes_total"]
+        members = sorted(group_members(plan, c["group"], rank))
+        near = frozenset(m for m in members if m // node_gpus == rank // node_gpus)
+        n_in, n = len(near), len(members)
+        if n_in in (1, n) or c["phase"] == "zero3":
+            out[(frozenset(members), c["type"])] += c["bytes_total"]
+            continue
+        far = frozenset(members[members.index(rank) % n_in::n_in])
+        b = c["bytes_total"]
+        phases = {"all_reduce": [(near, "reduce_scatter", b), (far, "all_reduce", b / n_in), (near, "all_gather", b)],
+                  "all_gather": [(far, "all_gather", b / n_in), (near, "all_gather", b)],
+                  "reduce_scatter": [(near, "reduce_scatter", b), (far, "reduce_scatter", b / n_in)],
+                  "all_to_all": [(near, "all_to_all", b * n_in / n), (far, "all_to_all", b)]}[c["type"]]
+        for group, kind, size in phases:
+            out[(group, kind)] += size
     return out
 
 

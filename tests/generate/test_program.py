@@ -169,20 +169,21 @@ def test_each_stage_is_serialized_once_and_ranks_match_a_direct_encode(tmp_path:
     calls: list[int] = []
     real = gen_module.stage_template
 
-    def counting(program):
+    def counting(program, micros):
         calls.append(program.stage)
-        return real(program)
+        return real(program, micros)
 
     monkeypatch.setattr(gen_module, "stage_template", counting)
     gen_module.generate(work, load_hardware("h100-sxm"), tmp_path)
     assert sorted(calls) == [0, 1]
     table = GroupTable(work.plan, ("tp", "dp_cp"))
+    programs, micros = gen_module.lowered_programs(work, load_hardware("h100-sxm"))
     for rank in (0, 5, 9, 15):  # encode the real values directly, no template
-        prog = build_stage_program(work, rank // 8)
+        prog = programs[rank // 8]
         patches = rank_patches(work.plan, table, rank)
         nodes = []
-        for n in prog.nodes:
-            node = chakra_node(n)
+        for n, m in zip(prog.nodes, micros[rank // 8]):
+            node = chakra_node(n, m)
             for a in node.attr:
                 if a.name == "pg_name":
                     a.string_val = patches["pg_name"][a.string_val]

@@ -26,6 +26,10 @@ class SleepSimulator(Simulator):
 
     def evaluate(self, work: Workload, hw: Hardware) -> Estimate:
         time.sleep(SLEEP_S)
+        probe = os.environ.get("STAGEOPT_TEST_PROBE_DIR")
+        if probe:  # which Ray ran this task: a test cluster marks its processes' environment
+            with open(os.path.join(probe, f"{os.getpid()}.txt"), "w") as f:
+                f.write(os.environ.get("STAGEOPT_TEST_CLUSTER", "local"))
         return AnalyticalSimulator().evaluate(work, hw)
 
 
@@ -69,3 +73,39 @@ class SkewedSimulator(Simulator):
         t = est.iteration_time_s * SKEW
         return dataclasses.replace(est, backend="skewed", iteration_time_s=t, tokens_per_s=est.tokens_per_s / SKEW,
                                    mfu=est.mfu / SKEW, model_tflops_per_gpu=est.model_tflops_per_gpu / SKEW)
+
+
+class InlineExecutor:
+    """The executor interface of :class:`stageopt.search.executors.RayExecutor`, run in this process.
+
+    For tests of what a search decides (which plans it simulates, what it tells), not of Ray:
+    ``poll`` runs every submitted task, in order, and returns its estimate or its error text.
+    """
+
+    def __init__(self, simulator: Simulator, workers: int = 2) -> None:
+        self.simulator, self.workers = simulator, workers
+        self._pending: list[tuple] = []
+        self.submitted: list[str] = []  # candidate keys, in the order they were simulated
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def submit(self, tag, cand, hw: Hardware) -> None:
+        self._pending.append((tag, cand, hw))
+        self.submitted.append(cand.key)
+
+    def poll(self, wait_all: bool = False) -> list[tuple]:
+        from stageopt.workload import build_workload
+
+        done, self._pending = self._pending, []
+        out = []
+        for tag, cand, hw in done:
+            try:
+                out.append((tag, self.simulator.evaluate(build_workload(cand.model, cand.plan, cand.gpus), hw)))
+            except Exception as err:  # noqa: BLE001 - what RayExecutor reports for a task that raised
+                out.append((tag, f"{type(err).__name__}: {err}"))
+        return out
+
+    def close(self) -> None:
+        self._pending.clear()

@@ -11,8 +11,7 @@ import optuna
 import pytest
 from conftest import SMALL, brute_force_small, run_cli, search_json
 from optuna.storages import JournalStorage
-
-from stageopt.search.storage import CrashSafeJournal
+from optuna.storages.journal import JournalFileBackend
 
 
 def test_analytical_search_returns_the_exact_optimum_and_records_it(runs: Path) -> None:
@@ -22,8 +21,11 @@ def test_analytical_search_returns_the_exact_optimum_and_records_it(runs: Path) 
     assert out["feasible_plans_in_space"] == n_feasible
     assert out["best"][0]["iteration_time_s"] == pytest.approx(best_time, rel=1e-9)
     assert out["best"][0]["plan"] == best_plan
-    study = optuna.load_study(study_name="s", storage=JournalStorage(CrashSafeJournal(str(runs / "s" / "journal.log"))))
-    assert study.best_trial.user_attrs["result"]["plan"] == best_plan  # what optuna-dashboard shows
+    study = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(runs / "s" / "journal.log"))))
+    assert study.best_trial.user_attrs["plan"] == best_plan  # what optuna-dashboard shows
+    fields = dict(item.split("=") for item in best_plan.split())
+    assert study.best_trial.params == {k: v if k == "recompute" else int(v) for k, v in fields.items()
+                                       if k in ("tp", "pp", "mbs", "zero", "recompute")}  # real names and values
     assert study.best_trial.constraints["memory_gib"] <= 0
     assert len(study.trials) == 10  # the exact top 10, not a sample
     rows = list(csv.DictReader((runs / "s" / "trials.csv").open()))
@@ -62,10 +64,13 @@ def test_seed_plan_is_evaluated_first_and_report_rebuilds(runs: Path) -> None:
                 "--seed-plan", "tp=8 pp=2 mbs=1 zero=1 recompute=full sp=on")
     rows = list(csv.DictReader((runs / "p" / "trials.csv").open()))
     assert (rows[0]["tp"], rows[0]["pp"], rows[0]["recompute"]) == ("8", "2", "full")
+    written = json.loads((runs / "p" / "best.json").read_text())
     (runs / "p" / "best.json").unlink()
     proc = run_cli("report", str(runs / "p"), "--no-plots")
     assert proc.returncode == 0, proc.stderr
     assert (runs / "p" / "best.json").is_file() and "time s" in proc.stdout
+    rebuilt = json.loads((runs / "p" / "best.json").read_text())
+    assert rebuilt == written  # whole: run_dir, space, simulations, stop_reason, ... and the best plan
 
 
 @pytest.mark.parametrize("args, words", [
@@ -78,6 +83,12 @@ def test_seed_plan_is_evaluated_first_and_report_rebuilds(runs: Path) -> None:
     (["--objectives", "time,speed"], ["objective 'speed'"]),
     (["--budget", "0"], ["--budget"]),
     (["--reserve-gib", "-1"], ["--reserve-gib"]),
+    (["--batch", "0"], ["--batch 0", "at least 1"]),
+    (["--max-asks", "0"], ["--max-asks 0", "at least 1"]),
+    (["--timeout", "-1"], ["--timeout -1", "positive"]),
+    (["--timeout", "nan"], ["--timeout nan", "positive"]),
+    (["--timeout", "inf"], ["--timeout inf", "positive"]),
+    (["--resume", "--join", "--study-name", "x"], ["--resume and --join"]),
     (["--resume", "--study-name", "nothing-here"], ["--resume", "no study"]),
 ])
 def test_bad_inputs_exit_2_with_one_line(runs: Path, args: list[str], words: list[str]) -> None:
@@ -89,6 +100,13 @@ def test_bad_inputs_exit_2_with_one_line(runs: Path, args: list[str], words: lis
         assert w in err
 
 
+def test_a_budget_beyond_the_space_stops_when_every_plan_is_simulated(runs: Path) -> None:
+    n_feasible, _, _ = brute_force_small()
+    out = search_json("--space", str(SMALL), "--sampler", "tpe", "--budget", "1000000000000", "--seed", "1",
+                      "--runs-dir", str(runs), "--study-name", "huge", timeout=300)
+    assert out["stop_reason"] == "every candidate simulated" and n_feasible <= out["simulations"] < 100
+
+
 def test_space_with_no_feasible_plan_says_why(tmp_path: Path, runs: Path) -> None:
     space = tmp_path / "tight.yaml"
     space.write_text(SMALL.read_text().replace("hardware: h100-sxm", "hardware: h100-sxm\n  hw_set: [gpu.hbm_gib=1]"))
@@ -96,3 +114,18 @@ def test_space_with_no_feasible_plan_says_why(tmp_path: Path, runs: Path) -> Non
     assert proc.returncode == 2
     assert "no plan fits 1 GiB with a 2.0 GiB reserve: smallest needs" in proc.stderr and " GiB at tp=" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_gp_sampler_works_with_torch_or_is_refused_up_front(runs: Path) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        proc = run_cli("search", "--space", str(SMALL), "--runs-dir", str(runs), "--sampler", "gp")
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == ("stageopt: error: --sampler gp needs PyTorch: pip install 'stageopt[gp]' "
+                                       "(or use --sampler tpe)")
+        assert not runs.exists()  # nothing written: no half-made study
+        return
+    out = search_json("--space", str(SMALL), "--sampler", "gp", "--budget", "12", "--seed", "1", "--runs-dir",
+                      str(runs), "--study-name", "gp", timeout=300)
+    assert out["simulations"] == 12 and out["best"][0]["iteration_time_s"] > 0

@@ -9,10 +9,12 @@ from conftest import SMALL
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.search.candidate import HardwareCatalog, make_candidate
 from stageopt.search.dimensions import Dimension
-from stageopt.search.space import list_spaces, load_space, space_from_dict
+from stageopt.search.space import list_spaces, load_space, resolve_space_path, space_from_dict
+from stageopt.serving.serving_space import is_serving_space
 
 
-@pytest.mark.parametrize("name", list_spaces())
+@pytest.mark.parametrize("name", [n for n in list_spaces()  # serving spaces: tests/serving
+                                  if not is_serving_space(resolve_space_path(n))])
 def test_shipped_spaces_load(name: str) -> None:
     space = load_space(name)
     assert space.dims and space.gbs > 0
@@ -22,11 +24,10 @@ def test_required_spaces_ship() -> None:
     assert {"default", "llama3-405b-cp", "mixtral-ep", "codesign", "astra-sim"} <= set(list_spaces())
 
 
-def test_power_of_two_dimensions_are_log2_exponents() -> None:
+def test_dimensions_are_optuna_parameters_with_real_names_and_values() -> None:
     d = Dimension(name="tp", values=(1, 2, 4, 8))
-    assert d.param == "log2_tp" and (d.distribution().low, d.distribution().high) == (0, 3)
-    assert d.decode({"log2_tp": 2}) == 4 and d.encode(8) == 3
-    assert Dimension(name="pp", values=(1, 3, 5)).param == "pp"  # not powers of two: categorical
+    assert d.param == "tp" and d.distribution().choices == (1, 2, 4, 8)
+    assert d.decode({"tp": 4}) == 4 and d.encode(8) == 8
 
 
 def _small() -> dict:

@@ -272,3 +272,151 @@ def test_ranks_in_network_reference_configs() -> None:
         pytest.skip("../shared reference not present")
     assert ranks_in_network(cfg / "net_8npu_2d_ring_switch.yml") == 8
     assert ranks_in_network(cfg / "net_hgx_h100_8npu_switch.yml") == 8
+
+
+# ----------------------------------------------------------------------------- nothing survives a run
+
+
+def _gone(pid: int, wait_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists() or "Z" in _proc_state(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _setsid_helper(tmp_path: Path, name: str) -> str:
+    """Shell lines that start a `setsid` grandchild (a session of its own) and record its pid."""
+    return f'setsid sleep 120 </dev/null >/dev/null 2>&1 &\necho $! > "{tmp_path / name}"\n'
+
+
+def test_timeout_kills_a_setsid_grandchild_and_an_orphaned_one(tmp_path: Path, inputs: dict[str, Path]) -> None:
+    orphan = f'sh -c \'setsid sleep 120 </dev/null >/dev/null 2>&1 & echo $! > "{tmp_path / "orphan.pid"}"; sleep 1\' &\n'
+    exe = _fake(tmp_path, _setsid_helper(tmp_path, "setsid.pid") + orphan + "sleep 120")
+    with pytest.raises(AstraSimTimeout):
+        run_astra_sim(binary=exe, timeout_s=3.0, **inputs)
+    for name in ("setsid.pid", "orphan.pid"):  # the orphan's parent had exited before the kill
+        assert _gone(int((tmp_path / name).read_text())), name
+
+
+def test_helpers_left_behind_by_a_finished_run_are_killed(tmp_path: Path, inputs: dict[str, Path]) -> None:
+    out = tmp_path / "canned.log"
+    out.write_text(_log())
+    exe = _fake(tmp_path, _setsid_helper(tmp_path, "left.pid") + f'sleep 0.5\ncat "{out}"')
+    assert run_astra_sim(binary=exe, **inputs).max_cycles == 1030
+    assert _gone(int((tmp_path / "left.pid").read_text()))
+
+
+def test_sigterm_to_stageopt_simulate_leaves_nothing_running(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    exe = _fake(tmp_path, _setsid_helper(tmp_path, "grandchild.pid") + f'echo $$ > "{tmp_path / "child.pid"}"\n'
+                                                                          "sleep 120")
+    cmd = [sys.executable, "-m", "stageopt.cli", "simulate", "--model", "llama3-8b", "--set", "layers=2",
+           "--set", "seq=256", "--plan", "tp=2 mbs=1 gbs=2", "--gpus", "2", "--backend", "astra-sim",
+           "--astra-sim", str(exe)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # let the runner record the grandchild
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    for name in ("child.pid", "grandchild.pid"):
+        assert _gone(int((tmp_path / name).read_text())), name
+
+
+def _peak_rss_mb_of_run(tmp_path: Path, body: str) -> tuple[float, str]:
+    import subprocess
+    import sys
+
+    exe = _fake(tmp_path, body)
+    # VmHWM, not ru_maxrss: the latter keeps the forking parent's (pytest's) peak across exec
+    script = ("import sys\nfrom stageopt.astrasim.runner import run_astra_sim\n"
+              "from pathlib import Path\nd = Path(sys.argv[2])\ntry:\n"
+              "    run_astra_sim(binary=sys.argv[1], workload=d / 'workload', system=d / 'system.json', "
+              "network=d / 'network.yml', memory=d / 'memory.json', comm_groups=d / 'groups.json')\n"
+              "except Exception as err:\n    print(type(err).__name__, err)\n"
+              "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')) / 1024)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(exe), str(tmp_path / "inputs")], capture_output=True,
+                         text=True, timeout=900)
+    lines = out.stdout.strip().splitlines()
+    return float(lines[-1]), "\n".join(lines[:-1])
+
+
+FLOOD = """import sys
+line = int(sys.argv[1])
+block = b"x" * (line - 1) + b"\\n" if line < 2**20 else b"x" * 2**20
+for _ in range(300 * 2**20 // len(block)):
+    sys.stdout.buffer.write(block)
+sys.stdout.buffer.write(b"\\n")
+"""
+
+
+@pytest.mark.parametrize("line", [4000, 300 * 2**20], ids=["lines", "one line"])
+def test_300_mb_of_output_is_not_held_in_memory(tmp_path: Path, inputs: dict[str, Path], line: int) -> None:
+    import sys
+
+    out = tmp_path / "canned.log"
+    out.write_text(_log())
+    (tmp_path / "flood.py").write_text(FLOOD)
+    rss, said = _peak_rss_mb_of_run(tmp_path, f'"{sys.executable}" "{tmp_path / "flood.py"}" {line}\ncat "{out}"')
+    assert said == ""  # the complete log after the flood is still read and accepted
+    assert rss < 250, f"peak RSS {rss:.0f} MB"
+
+
+def test_lines_lost_to_the_exit_fault_are_read_from_the_flushed_results_log(
+        tmp_path: Path, inputs: dict[str, Path]) -> None:
+    # the stand-in writes every line to the results log named in the logging configuration (as the
+    # synchronous logger does) but loses ranks 1 and 3 on stdout, then aborts as ASTRA-sim 518bd51 does
+    full, short = tmp_path / "full.log", tmp_path / "short.log"
+    full.write_text(_log(exiting=False))
+    short.write_text(_log([0, 2], exiting=False))
+    body = ('for a in "$@"; do case "$a" in --logging-configuration=*) cfg="${a#*=}";; esac; done\n'
+            'log=$(sed -n \'s/^filename = "\\(.*\\)"/\\1/p\' "$cfg")\n'
+            f'cat "{full}" > "$log"\ncat "{short}"\necho "{MALLOC.strip()}" >&2\nexit 134')
+    result = run_astra_sim(binary=_fake(tmp_path, body), **inputs)
+    assert result.known_exit_fault and result.attempts == 1
+    assert result.per_rank_cycles == (1000, 1010, 1020, 1030)
+
+
+def test_a_run_that_lost_lines_is_repeated(tmp_path: Path, inputs: dict[str, Path]) -> None:
+    full, short, count = tmp_path / "full.log", tmp_path / "short.log", tmp_path / "count"
+    full.write_text(_log(exiting=False))
+    short.write_text(_log([0, 2], exiting=False))
+    body = (f'n=$(cat "{count}" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{count}"\n'
+            f'if [ $n -lt 3 ]; then cat "{short}"; else cat "{full}"; fi\necho "{MALLOC.strip()}" >&2\nexit 134')
+    exe = _fake(tmp_path, body)
+    result = run_astra_sim(binary=exe, **inputs)
+    assert result.known_exit_fault and result.attempts == 3 and result.n_ranks == 4
+    (count).write_text("-5")
+    with pytest.raises(AstraSimKnownExitFault, match=r"in 2 run\(s\) and 2 of 4 ranks' results were lost \(1, 3\)"):
+        run_astra_sim(binary=exe, retries=1, **inputs)
+
+
+def test_a_zero_step_time_is_refused(tmp_path: Path, inputs: dict[str, Path]) -> None:
+    text = "".join(_line(r, 0, 0) + "\n" for r in range(N)) + "[x] [system] [warning] Exiting\n"
+    with pytest.raises(AstraSimOutputError, match="0 cycles"):
+        run_astra_sim(binary=_canned(tmp_path, text), **inputs)
+
+
+def test_a_segfault_at_teardown_after_every_rank_finished_is_the_known_fault(
+        tmp_path: Path, inputs: dict[str, Path]) -> None:
+    exe = _canned(tmp_path, _log(exiting=False), tail="kill -SEGV $$")
+    result = run_astra_sim(binary=exe, **inputs)
+    assert result.known_exit_fault and result.n_ranks == 4
+    exe = _canned(tmp_path, _log(range(3), exiting=False), tail="kill -SEGV $$")
+    with pytest.raises(AstraSimCrashed, match=r"signal 11 \(3 of 4 ranks finished"):
+        run_astra_sim(binary=exe, **inputs)
+
+
+def test_astra_sims_own_log_pattern_is_read() -> None:
+    """Loggers defined by a --logging-configuration print with ASTRA-sim's pattern (level letter, <logger>:)."""
+    text = ("[2026-11-23T18:49:55+00:00] [I] <workload>: sys[0] finished, 55222 cycles, exposed communication 5 cycles.\n"
+            "[2026-11-23T18:49:55+00:00] [W] <system>: Exiting\n")
+    assert parse_astra_sim_output(text, 1).max_cycles == 55222
+    with pytest.raises(AstraSimOutputError, match=r"\[critical\] line"):
+        parse_astra_sim_output(text + "[2026-11-23T18:49:55+00:00] [C] <system>: bad config\n", 1)

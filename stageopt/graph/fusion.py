@@ -1,0 +1,84 @@
+"""Kernel fusion: merge runs of elementwise ops into the one kernel a software stack launches.
+
+Why a graph pass: which elementwise kernels exist is a property of the stack
+(Megatron's fused bias-dropout-add and bias-activation, fused RoPE and
+cross-entropy; torch.compile's generated kernels; plain eager PyTorch), not of
+the model. Templates tag each vector op with the fusion group it belongs to;
+this pass merges every run of consecutive ops carrying the same enabled tag
+into one op that reads only what comes from outside the run and writes only
+what something outside the run reads. The kernel model then prices the fused
+op by those bytes and one launch, so fusion shows up in time, in the trace
+nodes and in every backend alike. Saved activations (memory) are unaffected:
+the fused kernels still write what backward needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import sympy as sp
+
+from stageopt.frameworks.profile import FUSION_GROUPS  # noqa: F401  (the tags a stack may enable)
+from stageopt.graph.tensor import Op
+
+
+
+def _merge(run: Sequence[Op], keep: set[int]) -> Op:
+    produced = {t.uid for op in run for t in op.outputs}
+    inputs, seen = [], set()
+    for op in run:
+        for t in op.inputs:
+            if t.uid not in produced and t.uid not in seen:
+                seen.add(t.uid)
+                inputs.append(t)
+    outputs = tuple(t for op in run for t in op.outputs if t.uid in keep)
+    first = run[0]
+    return Op(name="+".join(op.name for op in run), kind="vector", inputs=tuple(inputs),
+              outputs=outputs or run[-1].outputs, vector_flops=sp.Add(*[op.vector_flops for op in run]),
+              phase=first.phase, region=first.region,
+              attrs={**first.attrs, "fused": tuple(op.name for op in run)})
+
+
+def fuse_ops(ops: Sequence[Op], enabled: Iterable[str], keep: set[int]) -> tuple[Op, ...]:
+    """``ops`` with every run of consecutive vector ops of one enabled fusion group merged.
+
+    ``keep`` holds the tensors that must be written even when only the run
+    itself reads them (saved for backward, block outputs, weight gradients).
+    """
+    enabled = frozenset(enabled)
+    read_by: dict[int, set[int]] = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs:
+            read_by.setdefault(t.uid, set()).add(i)
+    def tag(op: Op) -> str | None:
+        if op.kind != "vector":
+            return None
+        return "all" if "all" in enabled else op.attrs.get("fuse")
+
+    out: list[Op] = []
+    i = 0
+    while i < len(ops):
+        group = tag(ops[i])
+        j = i + 1
+        while group in enabled and j < len(ops) and tag(ops[j]) == group:
+            j += 1
+        if j - i > 1:
+            members = set(range(i, j))
+            outside = {t.uid for k in range(i, j) for t in ops[k].outputs
+                       if t.uid in keep or read_by.get(t.uid, set()) - members}
+            out.append(_merge(ops[i:j], outside))
+        elif ops[i].kind == "vector" and group not in enabled:
+            out.append(_eager(ops[i]))
+        else:
+            out.append(ops[i])
+        i = j
+    return tuple(out)
+
+
+def _eager(op: Op) -> Op:
+    """An op no fusion covers: it runs as eager PyTorch launches it (``eager_passes`` kernels)."""
+    passes = op.attrs.get("eager_passes", 1.0)
+    if passes == 1.0:
+        return op
+    return Op(name=op.name, kind=op.kind, inputs=op.inputs, outputs=op.outputs, flops=op.flops,
+              vector_flops=op.vector_flops, phase=op.phase, region=op.region, attrs={**op.attrs, "passes": passes})

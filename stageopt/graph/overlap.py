@@ -1,0 +1,41 @@
+"""Which GEMMs a tensor-parallel collective can hide behind (communication overlap).
+
+Why a rule on the graph: Megatron-Core's TP overlap (Transformer Engine
+userbuffers) pipelines the sequence-parallel all-gather into the GEMMs that
+consume the gathered tensor, and the reduce-scatter out of the GEMM that
+produces its input, chunk by chunk. How much it hides therefore depends on
+the sizes of those GEMMs, which only the graph knows. The kernel pricing
+(analytical, replay and trace durations alike) reads these pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stageopt.graph.tensor import Op
+
+OVERLAPPED = ("all_gather", "reduce_scatter")
+
+
+def overlap_partners(ops: Sequence[Op]) -> dict[int, tuple[int, ...]]:
+    """For each TP all-gather / reduce-scatter (by position in ``ops``): the positions of its GEMMs.
+
+    An all-gather pairs with the matmuls that read its output; a
+    reduce-scatter with the matmul that wrote its input.
+    """
+    producer = {t.uid: i for i, op in enumerate(ops) for t in op.outputs}
+    out: dict[int, tuple[int, ...]] = {}
+    for i, op in enumerate(ops):
+        c = op.collective
+        if op.kind != "comm" or c is None or c.axis != "tp" or c.kind not in OVERLAPPED:
+            continue
+        if c.kind == "all_gather":
+            made = {t.uid for t in op.outputs}
+            partners = tuple(j for j in range(i + 1, len(ops))
+                             if ops[j].kind == "matmul" and any(t.uid in made for t in ops[j].inputs))
+        else:
+            j = producer.get(op.inputs[0].uid)
+            partners = (j,) if j is not None and ops[j].kind == "matmul" else ()
+        if partners:
+            out[i] = partners
+    return out

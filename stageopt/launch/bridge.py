@@ -1,0 +1,103 @@
+"""Megatron-Bridge (NeMo 2's training library) recipe overrides for a plan: ``key=value`` items in
+the Hydra/OmegaConf syntax its training scripts take after the recipe.
+
+Names are Megatron-Bridge's ``ConfigContainer`` fields as its docs write them
+(docs/megatron-lm-to-megatron-bridge.md, nemo2-migration-guide.md, training/
+activation-recomputation.md, communication-overlap.md, mixed-precision.md,
+megatron-fsdp.md, performance-guide.md); ``tests/launch/test_export.py`` keeps
+the list. A recipe sets its own defaults, so every choice the plan makes is
+written out, including the ones that are off. The mapping is the Megatron one
+(:mod:`stageopt.launch.megatron`): same ZeRO, recompute, layout and precision rules.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from stageopt.launch.common import LaunchSettings, chunk_layers, refuse
+from stageopt.launch.megatron import pipeline_layout
+from stageopt.model import ModelSpec
+from stageopt.parallel.plan import Plan
+
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
+
+
+def bridge_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
+    """Overrides for a Megatron-Bridge pre-training recipe that run ``plan`` as it was simulated."""
+    if plan.schedule == "gpipe":
+        raise refuse("megatron-bridge", "Megatron-Core has no GPipe schedule",
+                     "export a plan with schedule=1f1b or schedule=interleaved")
+    if plan.tp_overlap and plan.tp > 1 and not plan.sp:
+        raise refuse("megatron-bridge", "TP communication overlap needs sequence parallelism",
+                     "export the plan with sp=on, or with tp_overlap=off")
+    if plan.dtype == "fp32":
+        raise refuse("megatron-bridge", "its mixed-precision recipes are bf16, fp16 or fp8", "export with dtype=bf16")
+    items = {**_parallelism(model, plan), **_batch(model, plan), **_data_parallel(plan), **_recompute(plan),
+             **_execution(model, plan), "mixed_precision": MIXED_PRECISION[plan.dtype]}
+    overrides = [f"{key}={_value(value)}" for key, value in items.items()]  # what Hydra reads
+    notes = ["append to your recipe's training command (e.g. examples/recipes/...py); model architecture comes "
+             "from the recipe", "gradient reduction dtype: the mixed_precision recipe's"]
+    text = " \\\n".join(shlex.quote(item) for item in overrides)  # as a shell passes them
+    return LaunchSettings("megatron-bridge", text, {"overrides": overrides}, tuple(notes))
+
+
+def _value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) and "|" in value else str(value)  # a quoted Hydra string
+
+
+def _parallelism(model: ModelSpec, plan: Plan) -> dict[str, object]:
+    out: dict[str, object] = {"model.tensor_model_parallel_size": plan.tp,
+                              "model.pipeline_model_parallel_size": plan.pp,
+                              "model.virtual_pipeline_model_parallel_size": plan.vpp if plan.vpp > 1 else None,
+                              "model.context_parallel_size": plan.cp,
+                              "model.expert_model_parallel_size": plan.ep,
+                              "model.sequence_parallel": bool(plan.sp)}
+    if model.is_moe:
+        out["model.expert_tensor_parallel_size"] = plan.tp
+    if plan.cp > 1:
+        out["model.cp_comm_type"] = "all_gather"
+    counts = chunk_layers(model, plan)
+    if plan.pp > 1 and len(set(counts)) > 1:
+        out["model.pipeline_model_parallel_layout"] = pipeline_layout(counts).replace(",", "")  # commas are cosmetic
+    return out
+
+
+def _batch(model: ModelSpec, plan: Plan) -> dict[str, object]:
+    return {"train.micro_batch_size": plan.mbs, "train.global_batch_size": plan.gbs,
+            "model.seq_length": model.seq, "dataset.seq_length": model.seq}
+
+
+def _data_parallel(plan: Plan) -> dict[str, object]:
+    fsdp = plan.zero in (2, 3)
+    out: dict[str, object] = {"ddp.use_distributed_optimizer": plan.zero == 1,
+                              "optimizer.use_distributed_optimizer": plan.zero == 1,
+                              "dist.use_megatron_fsdp": fsdp, "ddp.use_megatron_fsdp": fsdp}
+    if fsdp:
+        out["ddp.data_parallel_sharding_strategy"] = "optim_grads" if plan.zero == 2 else "optim_grads_params"
+        out["checkpoint.ckpt_format"] = "fsdp_dtensor"
+    overlap = bool(plan.dp_overlap) and plan.dp * plan.cp > 1
+    out["ddp.overlap_grad_reduce"] = overlap
+    out["ddp.overlap_param_gather"] = overlap and plan.zero >= 1
+    return out
+
+
+def _recompute(plan: Plan) -> dict[str, object]:
+    if plan.recompute == "full":
+        return {"model.recompute_granularity": "full", "model.recompute_method": "uniform",
+                "model.recompute_num_layers": 1}
+    return {"model.recompute_granularity": "selective" if plan.recompute == "selective" else None}
+
+
+def _execution(model: ModelSpec, plan: Plan) -> dict[str, object]:
+    stack = plan.framework
+    attention = stack.attention or model.attention
+    dropout = model.dropout if stack.dropout is None else stack.dropout
+    out: dict[str, object] = {"model.attention_backend": "fused" if attention == "flash" else "unfused",
+                              "comm_overlap.tp_comm_overlap": bool(plan.tp_overlap) and plan.tp > 1}
+    if not dropout:
+        out.update({"model.attention_dropout": 0.0, "model.hidden_dropout": 0.0})
+    return out

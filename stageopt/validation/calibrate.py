@@ -1,0 +1,150 @@
+"""Fit the few kernel-model parameters of a GPU family to published runs, and say how well that generalizes.
+
+Why only a few, and only inside their physical ranges: HBM and network
+efficiencies come from microbenchmarks and stay fixed; what is fitted is the
+share of peak a large GEMM reaches at the clocks a GPU holds in training (BF16
+and FP8), the flash-attention share of peak (backward tied to forward by the
+ratio the FlashAttention papers report), the per-kernel launch cost on the GPU
+and the host's dispatch time per kernel. Each
+is bounded by its physical range (:data:`PARAMETERS`), so a missing term in the
+model shows up as a large error, not as a parameter that absorbs it.
+
+Honesty: :func:`leave_one_source_out` refits without each source in turn and
+predicts that source, which is the error to expect on runs the fit has never
+seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares, lsq_linear
+
+from stageopt.errors import StageoptError
+from stageopt.validation.compare import Comparison, PreparedRun, predict
+
+# (hw-set key, low, high): the physical range of each fitted parameter.
+PARAMETERS: tuple[tuple[str, float, float], ...] = (
+    ("gpu.efficiency.matmul.peak_fraction", 0.55, 0.90),
+    ("gpu.efficiency.matmul.fp8_peak_fraction", 0.45, 0.90),
+    ("gpu.efficiency.attention_forward.peak_fraction", 0.40, 0.85),
+    ("gpu.efficiency.launch_us", 1.0, 10.0),
+    ("gpu.efficiency.host_us", 0.0, 30.0),
+)
+BACKWARD_TO_FORWARD = 0.75  # flash-attention backward vs forward throughput (FlashAttention-2/3 papers)
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "a100": ("a100-80g",),
+    "hopper": ("h100-sxm", "h200-sxm"),
+    "blackwell": ("b200", "gb200-nvl72"),
+}
+
+
+def hw_set_for(values: Sequence[float], keys: Sequence[str]) -> list[str]:
+    """``--hw-set`` strings for fitted ``values`` (attention backward follows forward)."""
+    out = [f"{k}={v:.6g}" for k, v in zip(keys, values)]
+    for k, v in zip(keys, values):
+        if k.endswith("attention_forward.peak_fraction"):
+            out.append(f"gpu.efficiency.attention_backward.peak_fraction={BACKWARD_TO_FORWARD * v:.6g}")
+    return out
+
+
+def _fitted_keys(runs: Sequence[PreparedRun]) -> list[tuple[str, float, float]]:
+    fp8 = any(p.work.plan.dtype == "fp8" for p in runs)
+    return [p for p in PARAMETERS if fp8 or "fp8" not in p[0]]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Fitted parameter values (``hw_set``), the comparisons they give on the fitted rows, and the
+    local linear model of the log throughput ratios around the fit (for held-out estimates)."""
+
+    hw_set: tuple[str, ...]
+    comparisons: tuple[Comparison, ...]
+    keys: tuple[str, ...]
+    x: np.ndarray
+    bounds: tuple[np.ndarray, np.ndarray]
+    residuals: np.ndarray  # log(predicted / measured throughput) per fitted row
+    jacobian: np.ndarray  # d residuals / d x, rows x parameters
+
+
+def _log_ratios(values, keys, runs: Sequence[PreparedRun]) -> np.ndarray:
+    sets = hw_set_for(values, keys)
+    out = np.empty(len(runs))
+    for i, p in enumerate(runs):
+        try:
+            out[i] = np.log(predict(p, sets).throughput_ratio)
+        except StageoptError:
+            out[i] = 0.0
+    return out
+
+
+def source_weights(runs: Sequence[PreparedRun]) -> np.ndarray:
+    """1/sqrt(rows of its source) per row, so that every source weighs the same in the fit."""
+    sources = [p.run.source for p in runs]
+    return np.array([1 / np.sqrt(sources.count(s)) for s in sources])
+
+
+def fit(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] = ()) -> Fit:
+    """Least squares on log throughput ratios, each source weighted equally, inside the physical ranges.
+
+    ``start`` (``hw_set`` strings of an earlier fit) is the starting point; else the preset's values.
+    """
+    params = _fitted_keys(runs)
+    keys = [k for k, _, _ in params]
+    lo, hi = np.array([p[1] for p in params]), np.array([p[2] for p in params])
+    given = dict(item.split("=", 1) for item in start)
+    x0 = np.array([float(given[k]) if k in given else _current(runs[0], k) for k in keys])
+    x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
+    weights = source_weights(runs)
+    res = least_squares(lambda x: _log_ratios(x, keys, runs) * weights, x0, bounds=(lo, hi),
+                        max_nfev=max_evals, diff_step=0.02, x_scale=hi - lo)
+    sets = tuple(hw_set_for(res.x, keys))
+    return Fit(hw_set=sets, comparisons=tuple(predict(p, sets) for p in runs), keys=tuple(keys), x=res.x,
+               bounds=(lo, hi), residuals=res.fun / weights, jacobian=res.jac / weights[:, None])
+
+
+def _current(run: PreparedRun, key: str) -> float:
+    obj = run.hardware
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return float(obj) if obj is not None else 0.7
+
+
+def held_out_errors(whole: Fit, runs: Sequence[PreparedRun]) -> dict[str, np.ndarray]:
+    """Per source: throughput errors of its rows under a refit without them (linearized).
+
+    The refit is one bounded Gauss-Newton step from the fit to all rows, with its
+    Jacobian: minimize the other sources' weighted log ratios, then move the
+    held-out rows' log ratios by the same step. Exact where the model is linear
+    in its parameters near the fit; :func:`leave_one_source_out` refits in full.
+    """
+    sources = np.array([p.run.source for p in runs])
+    weights = source_weights(runs)
+    lo, hi = whole.bounds
+    out = {}
+    for source in sorted(set(sources)):
+        rest = sources != source
+        if not rest.any():
+            continue
+        w = weights[rest]
+        step = lsq_linear(whole.jacobian[rest] * w[:, None], -whole.residuals[rest] * w,
+                          bounds=(lo - whole.x - 1e-12, hi - whole.x + 1e-12)).x
+        held = ~rest
+        out[source] = np.exp(whole.residuals[held] + whole.jacobian[held] @ step) - 1.0
+    return out
+
+
+def leave_one_source_out(runs: Sequence[PreparedRun], max_evals: int = 20,
+                         start: Sequence[str] = ()) -> dict[str, tuple[Comparison, ...]]:
+    """For each source: the comparisons on its rows from a fit to every other source's rows."""
+    out = {}
+    for source in sorted({p.run.source for p in runs}):
+        rest = [p for p in runs if p.run.source != source]
+        if not rest:
+            continue
+        held = [p for p in runs if p.run.source == source]
+        sets = fit(rest, max_evals, start).hw_set
+        out[source] = tuple(predict(p, sets) for p in held)
+    return out
