@@ -23,7 +23,9 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved")
 BUCKETS = ("layer", "chunk", "stage")
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
-FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all")
+FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1")
+# "qkv" and "fc1" fuse GEMMs rather than elementwise ops: the query/key/value projections, and the
+# gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated).
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -96,8 +96,10 @@ class _Differentiator:
             others = [self.fetch(y) for j, y in enumerate(op.inputs) if j != i]
             spec = ",".join([out] + [ins[j] for j in range(len(ins)) if j != i]) + "->" + ins[i]
             precision = 0 if op.attrs.get("precision", 0) == 0 else (2 if x.role == "weight" else 1)
+            tag = op.attrs.get("gemm_group")
+            extra = {"gemm_group": f"{tag}/{'wgrad' if x.role == 'weight' else 'dgrad'}"} if tag else None
             g = self.bwd.einsum(f"d{x.name}", spec, (gout, *others), out_dtype=x.dtype_bytes,
-                                role="wgrad" if x.role == "weight" else "grad", precision=precision)
+                                role="wgrad" if x.role == "weight" else "grad", precision=precision, extra=extra)
             self._deliver(x, g)
 
     def _attention(self, op: Op, gout: Tensor) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import sympy as sp
 
 from stageopt.graph.block import BlockGraph, build_block
+from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.layout import PARTIAL
 from stageopt.graph.overlap import overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
@@ -146,6 +147,7 @@ class OpTable:
     phases: np.ndarray
     precision: np.ndarray
     launches: np.ndarray
+    groups: np.ndarray  # fused GEMM of each op: row of its first member, -1 for none (graph.fusion)
     fn: Callable[..., list]
 
     def evaluate(self, values: dict[str, object], size: int = 1) -> dict[str, np.ndarray]:
@@ -169,4 +171,5 @@ def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
     return OpTable(kernels=tuple(kernel_name(op) for op in ops),
                    phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int),
                    precision=np.array([op.attrs.get("precision", 0) for op in ops], dtype=int),
-                   launches=np.array([op.launches for op in ops], dtype=int), fn=fn)
+                   launches=np.array([op.launches for op in ops], dtype=int),
+                   groups=np.array(gemm_groups(ops, arch.fusions), dtype=int), fn=fn)

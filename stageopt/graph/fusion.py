@@ -82,3 +82,23 @@ def _eager(op: Op) -> Op:
         return op
     return Op(name=op.name, kind=op.kind, inputs=op.inputs, outputs=op.outputs, flops=op.flops,
               vector_flops=op.vector_flops, phase=op.phase, region=op.region, attrs={**op.attrs, "passes": passes})
+
+
+def gemm_groups(ops: Sequence[Op], enabled: Iterable[str]) -> list[int]:
+    """For each op, the position of the first op of its fused GEMM (-1: not part of one).
+
+    Matmuls tagged with an enabled ``gemm_group`` (``qkv``, ``fc1``; their backward
+    data- and weight-gradient GEMMs carry ``qkv/dgrad`` etc.) run as one GEMM per
+    phase; the kernel model prices the group as that GEMM and shares its time out
+    by FLOPs.
+    """
+    enabled = frozenset(enabled)
+    first: dict[tuple[str, str], int] = {}
+    out = []
+    for i, op in enumerate(ops):
+        tag = op.attrs.get("gemm_group") if op.kind == "matmul" else None
+        if tag and tag.split("/")[0] in enabled:
+            out.append(first.setdefault((op.phase, tag), i))
+        else:
+            out.append(-1)
+    return out

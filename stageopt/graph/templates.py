@@ -88,9 +88,10 @@ def _residual_add(b: GraphBuilder, x: Tensor, y: Tensor, arch: Arch, name: str) 
 def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     """Pre-norm self-attention with grouped-query heads; returns x + attn(x)."""
     h = _norm(b, x, arch, "ln1")
-    q = b.einsum("q", "bsh,hgrd->bsgrd", (h, weight("wq", (H, G, R, D), Layout.of(tp=Split(1)))))
-    k = b.einsum("k", "bsh,hgd->bsgd", (h, weight("wk", (H, G, D), Layout.of(tp=Split(1)))))
-    v = b.einsum("v", "bsh,hgd->bsgd", (h, weight("wv", (H, G, D), Layout.of(tp=Split(1)))))
+    qkv = {"gemm_group": "qkv"}  # one fused GEMM where the stack fuses the projections
+    q = b.einsum("q", "bsh,hgrd->bsgrd", (h, weight("wq", (H, G, R, D), Layout.of(tp=Split(1)))), extra=qkv)
+    k = b.einsum("k", "bsh,hgd->bsgd", (h, weight("wk", (H, G, D), Layout.of(tp=Split(1)))), extra=qkv)
+    v = b.einsum("v", "bsh,hgd->bsgd", (h, weight("wv", (H, G, D), Layout.of(tp=Split(1)))), extra=qkv)
     if arch.bias:
         q = _bias(b, q, arch, "q", G * R * D, Layout.of(tp=Split(0)))
         k = _bias(b, k, arch, "k", G * D, Layout.of(tp=Split(0)))
@@ -119,8 +120,9 @@ def _mlp_core(b: GraphBuilder, h: Tensor, arch: Arch, width: sp.Expr, name: str)
     """Column-parallel up projection(s), activation, row-parallel down projection (partial sum)."""
     col = Layout.of(tp=Split(1))
     if arch.activation == "swiglu":
-        gate = b.einsum(f"{name}.gate", "bsh,hf->bsf", (h, weight(f"{name}.w_gate", (H, width), col)))
-        up = b.einsum(f"{name}.up", "bsh,hf->bsf", (h, weight(f"{name}.w_up", (H, width), col)))
+        fc1 = {"gemm_group": "fc1"}
+        gate = b.einsum(f"{name}.gate", "bsh,hf->bsf", (h, weight(f"{name}.w_gate", (H, width), col)), extra=fc1)
+        up = b.einsum(f"{name}.up", "bsh,hf->bsf", (h, weight(f"{name}.w_up", (H, width), col)), extra=fc1)
         (act,) = b.vector(f"{name}.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8,
                           needs=("in0", "in1"), fuse="bias_activation", eager_passes=5 / 3)  # silu, then mul
     else:
@@ -146,8 +148,10 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     (probs,) = b.vector("router_topk", (logits,), flops_per_elem=6, bwd_flops_per_elem=4, needs=("out0",))
     tokens = _permute(b, h, probs, arch.expert_capacity)
     expert = Layout.of(ep=Split(0), tp=Split(2))
-    gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")))
-    up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")))
+    fc1 = {"gemm_group": "fc1"}
+    gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
+                    extra=fc1)
+    up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")), extra=fc1)
     (act,) = b.vector("expert.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0", "in1"),
                       fuse="bias_activation")
     down = b.einsum("expert.down", "ecf,efh->ech",

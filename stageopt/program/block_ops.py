@@ -26,6 +26,7 @@ import sympy as sp
 
 from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.compile import gemm_shape, kernel_name
+from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.overlap import overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
@@ -56,6 +57,7 @@ class OpShape:
     precision: int = 0  # comp: the kernel model's precision class (stageopt.hardware.kernels)
     launches: int = 1  # comp: kernels the op stands for
     hides: tuple[int, ...] = ()  # coll: positions (in the same phase tuple) of the GEMMs it overlaps
+    group: int = -1  # comp: position of the first GEMM of its fused GEMM (graph.fusion.gemm_groups)
 
 
 @dataclass(frozen=True)
@@ -118,12 +120,15 @@ def block_ops(kind: str, arch: Arch, recompute: str) -> BlockOps:
     def phase_ops(ops: tuple[Op, ...]) -> tuple[OpShape, ...]:
         out = []
         partners = overlap_partners(ops)
+        groups = gemm_groups(ops, arch.fusions)
         for i, op in enumerate(ops):
             shape = _shape(op, op.phase, len(exprs))
             if shape.kind != "alias":
                 exprs.extend(_values(op))
             if i in partners:
                 shape = dataclasses.replace(shape, hides=partners[i])
+            if groups[i] >= 0:
+                shape = dataclasses.replace(shape, group=groups[i])
             out.append(shape)
         return tuple(out)
 

@@ -182,6 +182,9 @@ class _StageBuilder:
                 nid = node_at[pos]
                 b.nodes[nid] = dataclasses.replace(b.nodes[nid], overlap=tuple(node_at[h] for h in op.hides
                                                                               if h in node_at))
+            if op.group >= 0 and pos in node_at and op.group in node_at:
+                nid = node_at[pos]
+                b.nodes[nid] = dataclasses.replace(b.nodes[nid], gemm_group=node_at[op.group])
         found = tuple(sorted({n for uid in exits for n in produced.get(uid, ())}))
         last = b.stream_point()
         return _Emitted(exits=found or last, done=last + tuple(c for c in colls if c not in waited))

@@ -15,7 +15,7 @@ from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block, compile_op_table
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, Kernels, kernel_seconds
+from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seconds
 from stageopt.hardware.network import collective_time, exposed_under_gemm
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
@@ -30,11 +30,11 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
     rows = table.evaluate(values, n)
-    times = kernel_seconds(hw, proto.dtype, Kernels(
+    times = grouped_kernel_seconds(hw, proto.dtype, Kernels(
         code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
         flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
         precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
-        count=table.launches[:, None]), proto.framework.attention_kernel)
+        count=table.launches[:, None]), table.groups, proto.framework.attention_kernel)
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
     degree = {"tp": c["tp"], "cp": c["cp"], "ep": c["ep"]}
