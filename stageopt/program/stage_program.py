@@ -132,8 +132,7 @@ class _StageBuilder:
         self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *DP_GROUPS)}
         self.b = _Builder()
         self.n_virtual = self.plan.pp * self.plan.vpp
-        self.boundary = {c.local: work.message_bytes(c)
-                         for c in work.chunks[stage]}
+        self.boundary = {c.local: work.message_bytes(c) for c in work.chunks[stage]}
         self.pending: _Bucket | None = None  # gradients queued for the next DP bucket
         self.issued: list[_Bucket] = []
         self.reductions: list[int] = []  # gradient reductions the optimizer waits for

@@ -15,18 +15,24 @@ from stageopt.graph.block import arch_of
 from stageopt.graph.compile import CompiledBlock, compile_block
 from stageopt.graph.symbols import symbol_values
 from stageopt.model.spec import ModelSpec
-from stageopt.parallel.feasibility import validate_plan
+from stageopt.parallel.feasibility import model_stages, validate_plan
+from stageopt.parallel.placement import rank_chunks
 from stageopt.parallel.plan import Plan
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One model chunk held by a stage: which blocks, how many of each."""
+    """One model chunk held by a stage: which blocks, how many of each.
+
+    ``virtual`` is the chunk's model stage (its position in the pipeline of
+    its model copy); ``copy`` is 1 for DualPipe's second model copy.
+    """
 
     stage: int
     local: int  # chunk index on its stage
     virtual: int  # position in the model pipeline
     blocks: dict[str, int]  # block kind -> count
+    copy: int = 0
 
 
 @dataclass
@@ -52,7 +58,7 @@ class Workload:
 
     def message_bytes(self, chunk: Chunk) -> int:
         """Bytes of one pipeline message out of ``chunk`` (a 1/tp shard under scatter-gather)."""
-        boundary = max(self.value(k, "boundary_bytes") for k in chunk.blocks)
+        boundary = self.value("dense", "boundary_bytes")  # the residual stream crosses every boundary
         return round(boundary / self.plan.tp if self.plan.p2p_scatter_gather else boundary)
 
     @cached_property
@@ -68,14 +74,8 @@ class Workload:
 
 
 def layer_counts(model: ModelSpec, plan: Plan) -> list[int]:
-    """Layers per virtual pipeline chunk; a remainder goes to the middle stages first."""
-    chunks = plan.pp * plan.vpp
-    base, extra = divmod(model.layers, chunks)
-    counts = [base] * chunks
-    order = sorted(range(chunks), key=lambda c: (c in (0, chunks - 1), c))
-    for c in order[:extra]:
-        counts[c] += 1
-    return counts
+    """Decoder layers per model stage of one copy (see :mod:`stageopt.parallel.pipeline_split`)."""
+    return [st.layers for st in model_stages(plan, model.layers)]
 
 
 def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Workload:
@@ -86,23 +86,22 @@ def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Wor
     blocks = {k: compile_block(k, arch, plan.recompute) for k in kinds}
     sym = symbol_values(model, plan)
     values = {k: b.evaluate(sym) for k, b in blocks.items()}
-    counts = layer_counts(model, plan)
-    first_layer = [sum(counts[:i]) for i in range(len(counts))]
-    n_virtual = len(counts)
+    split = model_stages(plan, model.layers)
+    first_layer = [sum(st.layers for st in split[:k]) for k in range(len(split))]
     chunks: list[list[Chunk]] = []
     for stage in range(plan.pp):
         row = []
-        for local in range(plan.vpp):
-            virtual = local * plan.pp + stage
-            start, n = first_layer[virtual], counts[virtual]
-            dense = max(0, min(start + n, model.dense_layers) - start) if model.is_moe else n
-            blocks_here = {"dense": dense}
-            if model.is_moe:
-                blocks_here["moe"] = n - dense
-            if virtual == 0:
-                blocks_here["embedding"] = 1
-            if virtual == n_virtual - 1:
-                blocks_here["head"] = 1
-            row.append(Chunk(stage, local, virtual, {k: v for k, v in blocks_here.items() if v}))
+        for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage):
+            k = place.model_stage
+            row.append(Chunk(stage, place.local, k, chunk_blocks_of(model, split[k], first_layer[k]), place.copy))
         chunks.append(row)
     return Workload(model=model, plan=plan, chunks=chunks, blocks=blocks, values=values)
+
+
+def chunk_blocks_of(model: ModelSpec, stage, start: int) -> dict[str, int]:
+    """Block counts of a model stage holding ``stage.layers`` decoder layers from layer ``start`` on."""
+    n = stage.layers
+    dense = max(0, min(start + n, model.dense_layers) - start) if model.is_moe else n
+    blocks = {"embedding": int(stage.embedding), "dense": dense, "moe": n - dense if model.is_moe else 0,
+              "head": int(stage.loss)}
+    return {k: v for k, v in blocks.items() if v}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
 from stageopt.parallel.ranks import group_size
 from stageopt.workload.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
 from stageopt.workload.sharding import Workload
@@ -90,12 +91,12 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
 
 
 def _p2p_bytes(work: Workload, stage: int) -> float:
-    last = work.plan.pp * work.plan.vpp - 1
-    total = 0.0
-    for chunk in work.chunks[stage]:
-        sends = (chunk.virtual != last) + (chunk.virtual != 0)
-        total += sends * work.message_bytes(chunk)
-    return total * work.plan.microbatches
+    """Bytes one rank sends per iteration: one message per micro-batch at every boundary to another rank."""
+    plan = work.plan
+    n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
+    sends = sum(neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev")
+                for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage) for step in (1, -1))
+    return sends * work.message_bytes(work.chunks[stage][0]) * plan.microbatches
 
 
 def stage_stats(work: Workload, stage: int) -> StageStats:

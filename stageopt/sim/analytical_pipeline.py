@@ -1,0 +1,79 @@
+"""What every pipeline stage holds, for many candidate plans at once: block counts and messages per stage.
+
+Why per stage and not three representatives: uneven splits (Megatron-Core's
+first/last stage layer counts, embedding and loss counted as layers, explicit
+layouts) and V-shaped or bidirectional placements make stages differ in ways
+a first/middle/last summary misses. A plan's table comes from the same split
+and placement functions the workload uses (:mod:`stageopt.parallel`), cached
+per pipeline shape, so a batch of thousands of plans costs a few table lookups.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from stageopt.model.spec import ModelSpec
+from stageopt.parallel.feasibility import model_stages
+from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
+from stageopt.parallel.plan import Plan
+from stageopt.workload.sharding import chunk_blocks_of
+
+STAGE_KINDS = ("embedding", "dense", "moe", "head")
+COLUMNS = STAGE_KINDS + ("sends", "chunks")
+
+
+def pipeline_key(plan: Plan) -> tuple:
+    """The plan fields a stage table depends on."""
+    return (plan.schedule, plan.pp, plan.vpp, plan.first_layers, plan.last_layers, plan.embed_split,
+            plan.loss_split, plan.layout)
+
+
+@lru_cache(maxsize=512)
+def _table(model: ModelSpec, plan: Plan) -> np.ndarray:
+    """Rows: stages; columns: COLUMNS (block counts, messages sent per micro-batch, chunks held)."""
+    split = model_stages(plan, model.layers)
+    starts = [sum(st.layers for st in split[:k]) for k in range(len(split))]
+    n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
+    rows = np.zeros((plan.pp, len(COLUMNS)))
+    for stage in range(plan.pp):
+        for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage):
+            k = place.model_stage
+            for kind, count in chunk_blocks_of(model, split[k], starts[k]).items():
+                rows[stage, STAGE_KINDS.index(kind)] += count
+            sends = sum(neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev")
+                        for step in (1, -1))
+            rows[stage, -2] += sends
+            rows[stage, -1] += 1
+    return rows
+
+
+def stage_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
+    """Per-stage columns as arrays of shape (plans, max pp); ``valid`` marks stages that exist."""
+    width = max(p.pp for p in plans)
+    out = np.zeros((len(plans), width, len(COLUMNS)))
+    valid = np.zeros((len(plans), width), dtype=bool)
+    by_key: dict[tuple, list[int]] = {}
+    for i, plan in enumerate(plans):
+        by_key.setdefault(pipeline_key(plan), []).append(i)
+    for index in by_key.values():
+        plan = plans[index[0]]
+        canonical = Plan(pp=plan.pp, vpp=plan.vpp, schedule=plan.schedule, **_split_fields(plan),
+                         framework=plan.framework)
+        rows = _table(model, canonical)
+        out[index, :plan.pp] = rows
+        valid[index, :plan.pp] = True
+    tables = {name: out[:, :, j] for j, name in enumerate(COLUMNS)}
+    tables["valid"] = valid
+    return tables
+
+
+def _split_fields(plan: Plan) -> dict[str, object]:
+    return {"first_layers": plan.first_layers, "last_layers": plan.last_layers, "embed_split": plan.embed_split,
+            "loss_split": plan.loss_split, "layout": plan.layout}
+
+
+def stage_column(tables: dict[str, np.ndarray], stage: int) -> dict[str, np.ndarray]:
+    """One stage's block counts and sends, as the per-stage dict the time and memory models take."""
+    return {name: tables[name][:, stage] for name in COLUMNS}
