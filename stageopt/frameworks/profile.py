@@ -19,7 +19,7 @@ import numpy as np
 
 from stageopt.errors import ConfigError
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved")
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 BUCKETS = ("layer", "chunk", "stage")
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.

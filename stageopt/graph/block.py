@@ -31,6 +31,10 @@ class BlockGraph:
     working_set: tuple[Tensor, ...]  # what a fully recomputed block materializes during its backward
     input: Tensor | None
     output: Tensor
+    wgrad: tuple[bool, ...] = ()  # aligned with bwd: the op computes weight gradients only (a W pass)
+
+    def w_ops(self) -> tuple[Op, ...]:
+        return tuple(op for op, w in zip(self.bwd, self.wgrad) if w)
 
 
 def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor]:
@@ -80,12 +84,36 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     phases = _fused((tuple(fwd.ops), tuple(bwd_ops), tuple(recompute_ops)), arch, keep={
         y.uid, *(t.uid for t in saved.values()), *(g.uid for g in back.weight_grads.values()),
         *((back.input_grad.uid,) if back.input_grad is not None else ())})
+    weight_grads = tuple(back.weight_grads[uid] for uid in weights)
     return BlockGraph(
         kind=kind, fwd=phases[0], bwd=phases[1], recompute=phases[2],
-        weights=tuple(weights.values()),
-        weight_grads=tuple(back.weight_grads[uid] for uid in weights),
+        weights=tuple(weights.values()), weight_grads=weight_grads,
         saved=tuple({t.uid: t for t in saved.values()}.values()),
-        working_set=tuple(back.saved.values()), input=x, output=y)
+        working_set=tuple(back.saved.values()), input=x, output=y,
+        wgrad=weight_gradient_ops(list(phases[1]), {t.uid for t in weight_grads}))
+
+
+def weight_gradient_ops(bwd: list[Op], wgrad_uids: set[int]) -> tuple[bool, ...]:
+    """Which backward ops only serve weight gradients: the zero-bubble W pass (Qi et al. 2023).
+
+    An op belongs to W if all it produces are weight gradients, or if everything
+    it produces is read only by W ops (e.g. the all-gather that re-forms a
+    sequence-parallel input for dW). The rest is the input-gradient pass the
+    previous pipeline stage waits for.
+    """
+    readers: dict[int, list[int]] = {}
+    for i, op in enumerate(bwd):
+        for t in op.inputs:
+            readers.setdefault(t.uid, []).append(i)
+    in_w = [bool(op.outputs) and all(t.uid in wgrad_uids or t.role == "wgrad" for t in op.outputs) for op in bwd]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(bwd))):
+            outs = [t.uid for t in bwd[i].outputs]
+            if not in_w[i] and outs and all(readers.get(u) and all(in_w[j] for j in readers[u]) for u in outs):
+                in_w[i] = changed = True
+    return tuple(in_w)
 
 
 def _fused(phases: tuple[tuple[Op, ...], ...], arch: Arch, keep: set[int]) -> tuple[tuple[Op, ...], ...]:

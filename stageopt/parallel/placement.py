@@ -72,7 +72,7 @@ def neighbour(schedule: str, pp: int, n_model: int, place: ChunkPlace, step: int
     target = place.model_stage + step
     if not 0 <= target < n_model:
         return ""
-    other = rank_of_model_stage(schedule, pp, target, place.copy)
-    if other == place.stage:
+    if rank_of_model_stage(schedule, pp, target, place.copy) == place.stage:
         return "self"
-    return "next" if (place.stage + 1) % pp == other else "prev"
+    backwards = (schedule in V_SHAPED and place.model_stage >= pp) or (schedule in BIDIRECTIONAL and place.copy)
+    return "next" if (step > 0) != backwards else "prev"

@@ -18,7 +18,7 @@ from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 

@@ -23,19 +23,29 @@ which hides one chunk's communication behind the other's compute).
 from __future__ import annotations
 
 
+from functools import lru_cache
+
 from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.schedule_dualpipe import dualpipe_order
 from stageopt.parallel.schedule_zb import zbh1_order, zbv_order
 from stageopt.parallel.steps import Step
 
-__all__ = ["Step", "stage_order", "peak_in_flight", "max_in_flight", "virtual_stage", "microbatch_copy"]
+__all__ = ["Step", "stage_order", "schedule_orders", "peak_in_flight", "max_in_flight", "virtual_stage", "microbatch_copy"]
 
 
 def stage_order(plan: Plan, stage: int) -> list[Step]:
     """The ordered steps pipeline stage ``stage`` runs in one iteration."""
-    p, m, v = plan.pp, plan.microbatches, plan.vpp
-    schedule = plan.schedule
+    return list(schedule_orders(plan.schedule, plan.pp, plan.vpp, plan.microbatches)[stage])
+
+
+@lru_cache(maxsize=256)
+def schedule_orders(schedule: str, p: int, v: int, m: int) -> tuple[tuple[Step, ...], ...]:
+    """Every stage's order for a schedule shape (cached: the analytical model asks for the same shapes often)."""
+    return tuple(tuple(_order(schedule, p, v, m, stage)) for stage in range(p))
+
+
+def _order(schedule: str, p: int, v: int, m: int, stage: int) -> list[Step]:
     if schedule == "gpipe":
         return [Step(i, 0, "F") for i in range(m)] + [Step(i, 0, "B") for i in range(m)]
     if schedule == "zbh1":

@@ -73,9 +73,10 @@ def make_candidate(space: SearchSpace, catalog: HardwareCatalog, values: Mapping
         raise InfeasiblePlan(f"tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide gpus={gpus}")
     dp = gpus // (tp * cp * pp)
     schedule, vpp = str(values["schedule"]), int(values["vpp"])
-    if pp == 1 or schedule != "interleaved" or vpp == 1:
-        vpp = 1
-        schedule = "1f1b" if pp == 1 or schedule == "interleaved" else schedule
+    if pp == 1:
+        schedule, vpp = "1f1b", 1
+    elif schedule != "interleaved" or vpp == 1:  # V-shaped schedules set their own 2 chunks per rank
+        schedule, vpp = ("1f1b" if schedule == "interleaved" else schedule), 1
     zero = int(values["zero"]) if dp > 1 else 0
     plan = Plan(tp=tp, cp=cp, pp=pp, dp=dp, ep=int(values["ep"]), vpp=vpp, mbs=int(values["mbs"]),
                 gbs=space.gbs, zero=zero, recompute=str(values["recompute"]), sp=bool(values["sp"]),

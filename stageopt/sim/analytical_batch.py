@@ -11,7 +11,9 @@ GPU's asymptotic efficiency; causal flash attention skips the masked half) and
 its HBM traffic; TP/CP/EP collectives are exposed; pipeline sends cost one
 message each. Every pipeline stage is priced from what it holds (uneven splits
 included). An iteration is ``m * t_max + (p-1)/v * t_mean`` (steady state
-bound by the slowest stage, fill and drain shortened by interleaving), plus the
+bound by the slowest stage, fill and drain shortened by interleaving; the
+zero-bubble and DualPipe schedules run their step orders instead,
+:mod:`stageopt.sim.analytical_schedules`), plus the
 exposed part of the data-parallel reduction (overlapped with the last
 micro-batch's backward when ``dp_overlap``) and the optimizer step.
 """
@@ -26,12 +28,13 @@ from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_blocks import block_costs
 from stageopt.sim.analytical_pipeline import stage_column, stage_tables
+from stageopt.sim.analytical_schedules import apply_split_schedules
 from stageopt.sim.analytical_stages import stage_memory, stage_time_parts
 from stageopt.sim.analytical_tail import stage_tail, zero3_exposed
 from stageopt.workload.memory import GIB
 
 FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero")
-SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
+SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6}
 
 
 def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
@@ -63,6 +66,7 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], cost: dict, 
     boundary = cost["dense"]["agg"]["boundary_bytes"]
     t_p2p = pipeline_message_time(hw, proto, boundary, c["tp"], c["tp"] * c["cp"] * c["dp"])
     stages = []
+    c["t_p2p"] = t_p2p
     for s in range(tables["valid"].shape[1]):
         comp = stage_column(tables, s)
         valid = tables["valid"][:, s]
@@ -89,18 +93,21 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     pp, vpp = c["pp"], c["vpp"]
     stages = _stage_parts(model, hw, plans, cost, c, m)
     t_stage = np.stack([np.where(st["valid"], st["parts"]["time"], 0.0) for st in stages])
+    runs = m * np.where(c["schedule"] == SCHEDULE_CODE["dualpipe"], 0.5, 1.0)  # micro-batches through each chunk
     t_max = t_stage.max(axis=0)
     crit = t_stage.argmax(axis=0)
     pipe = m * t_max + (pp - 1) / vpp * t_stage.sum(axis=0) / pp
+    busy = m * t_max
+    out = {key: runs * _pick(stages, crit, lambda st: st["parts"][key]) for key in ("compute", "tp", "cp", "ep", "p2p")}
+    out = {f"t_{k}": np.array(v, dtype=float) for k, v in out.items()}
+    apply_split_schedules(model, plans, cost, c, c.pop("t_p2p"), stages, pipe, busy, out)
     tails = np.stack([np.where(st["valid"], st["tail"]["dp"] + st["tail"]["optimizer"], 0.0) for st in stages])
     tail_crit = tails.argmax(axis=0)
     iteration = pipe + tails.max(axis=0)
     mem_crit = np.stack([np.where(st["valid"], st["mem"]["total"], 0.0) for st in stages]).argmax(axis=0)
-    out = {"iteration_time_s": iteration}
-    for key in ("compute", "tp", "cp", "ep", "p2p"):
-        out[f"t_{key}"] = m * _pick(stages, crit, lambda st: st["parts"][key])
-    out["t_bubble"] = pipe - m * t_max
-    out["t_dp"] = _pick(stages, tail_crit, lambda st: st["tail"]["dp"]) + m * _pick(stages, crit, lambda st: st["parts"]["zero3"])
+    out["iteration_time_s"] = iteration
+    out["t_bubble"] = pipe - busy
+    out["t_dp"] = _pick(stages, tail_crit, lambda st: st["tail"]["dp"]) + runs * _pick(stages, crit, lambda st: st["parts"]["zero3"])
     out["t_optimizer"] = _pick(stages, tail_crit, lambda st: st["tail"]["optimizer"])
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total"):
         out[f"mem_{key}"] = _pick(stages, mem_crit, lambda st: st["mem"][key]) / GIB

@@ -22,6 +22,7 @@ from stageopt.workload.sharding import chunk_blocks_of
 
 STAGE_KINDS = ("embedding", "dense", "moe", "head")
 COLUMNS = STAGE_KINDS + ("sends", "chunks")
+CHUNK_COLUMNS = STAGE_KINDS + ("send_f", "send_b")  # per local chunk: blocks, sends after its F and its B
 
 
 def pipeline_key(plan: Plan) -> tuple:
@@ -31,22 +32,33 @@ def pipeline_key(plan: Plan) -> tuple:
 
 
 @lru_cache(maxsize=512)
-def _table(model: ModelSpec, plan: Plan) -> np.ndarray:
-    """Rows: stages; columns: COLUMNS (block counts, messages sent per micro-batch, chunks held)."""
+def _chunk_table(model: ModelSpec, plan: Plan) -> np.ndarray:
+    """Shape (stages, chunks per rank, CHUNK_COLUMNS): each local chunk's blocks and messages."""
     split = model_stages(plan, model.layers)
     starts = [sum(st.layers for st in split[:k]) for k in range(len(split))]
     n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
-    rows = np.zeros((plan.pp, len(COLUMNS)))
-    for stage in range(plan.pp):
-        for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage):
+    places = [rank_chunks(plan.schedule, plan.pp, plan.vpp, stage) for stage in range(plan.pp)]
+    rows = np.zeros((plan.pp, len(places[0]), len(CHUNK_COLUMNS)))
+    for stage, row in enumerate(places):
+        for place in row:
             k = place.model_stage
             for kind, count in chunk_blocks_of(model, split[k], starts[k]).items():
-                rows[stage, STAGE_KINDS.index(kind)] += count
-            sends = sum(neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev")
-                        for step in (1, -1))
-            rows[stage, -2] += sends
-            rows[stage, -1] += 1
+                rows[stage, place.local, STAGE_KINDS.index(kind)] = count
+            for col, step in ((-2, 1), (-1, -1)):
+                rows[stage, place.local, col] = neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev")
     return rows
+
+
+def _table(model: ModelSpec, plan: Plan) -> np.ndarray:
+    """Rows: stages; columns: COLUMNS (block counts, messages sent per micro-batch, chunks held)."""
+    chunks = _chunk_table(model, plan)
+    counts = chunks.sum(axis=1)
+    return np.concatenate([counts[:, :len(STAGE_KINDS)], counts[:, -2:].sum(axis=1, keepdims=True),
+                           np.full((plan.pp, 1), chunks.shape[1])], axis=1)
+
+
+def _canonical(plan: Plan) -> Plan:
+    return Plan(pp=plan.pp, vpp=plan.vpp, schedule=plan.schedule, **_split_fields(plan), framework=plan.framework)
 
 
 def stage_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
@@ -59,14 +71,17 @@ def stage_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
         by_key.setdefault(pipeline_key(plan), []).append(i)
     for index in by_key.values():
         plan = plans[index[0]]
-        canonical = Plan(pp=plan.pp, vpp=plan.vpp, schedule=plan.schedule, **_split_fields(plan),
-                         framework=plan.framework)
-        rows = _table(model, canonical)
-        out[index, :plan.pp] = rows
+        out[index, :plan.pp] = _table(model, _canonical(plan))
         valid[index, :plan.pp] = True
     tables = {name: out[:, :, j] for j, name in enumerate(COLUMNS)}
     tables["valid"] = valid
     return tables
+
+
+def chunk_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
+    """Per-chunk columns, arrays of shape (plans, pp, chunks per rank); plans must share pp and schedule shape."""
+    rows = np.stack([_chunk_table(model, _canonical(p)) for p in plans])
+    return {name: rows[..., j] for j, name in enumerate(CHUNK_COLUMNS)}
 
 
 def _split_fields(plan: Plan) -> dict[str, object]:

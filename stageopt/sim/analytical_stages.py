@@ -57,7 +57,8 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     held, head_held = in_flight(c, m, s)
     saved = sum(n * cost[k]["agg"]["saved_bytes"] for k, n in comp.items() if k in cost)
     activations = held * saved
-    other = comp["head"] * cost["head"]["agg"]["logits_bytes"] * head_held
+    logits = comp["head"] * cost["head"]["agg"]["logits_bytes"] * head_held
+    other = logits
     layer_kinds = [k for k in ("dense", "moe") if k in cost and k in comp]
     if proto.recompute == "full":
         other = other + np.maximum.reduce([np.where(comp[k] > 0, cost[k]["agg"]["working_bytes"], 0)
@@ -67,5 +68,5 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     other = other + np.where(zero >= 3, 2 * biggest * proto.dtype_bytes, 0)
     total = weights + gradients + optimizer + activations + other
     return {"weights": weights, "gradients": gradients, "optimizer": optimizer,
-            "activations": activations, "other": other, "total": total}
+            "activations": activations, "other": other, "total": total, "logits": logits}
 

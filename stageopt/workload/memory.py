@@ -4,7 +4,9 @@ Weights, gradients and optimizer states follow the ZeRO stage (Rajbhandari et
 al. 2020): bf16 weights, gradients in ``plan.grad_dtype``, and 12 bytes per
 parameter of fp32 master weights plus Adam's two moments. Activations are the
 tensors each chunk saves for backward (from the graph, by recompute mode)
-times the micro-batches the schedule holds in flight at its peak. ``other``
+times the micro-batches the schedule holds in flight at its peak; under a
+zero-bubble schedule a micro-batch between its input- and weight-gradient
+passes still holds what the weight gradients read. ``other``
 holds fp32 logits kept for the loss, the working set of a fully recomputed
 layer during its backward, and ZeRO-3's gathered parameter buffers.
 """
@@ -70,7 +72,8 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     optimizer = sharded(dense, expert, plan.zero >= 1) * OPTIMIZER_BYTES
     order = stage_order(plan, stage)
     per_chunk = {c.local: work.chunk_sum(c, "saved_bytes") for c in work.chunks[stage]}
-    activations = peak_in_flight(order, per_chunk)
+    held = {c.local: work.chunk_sum(c, "wgrad_held_bytes") for c in work.chunks[stage]}
+    activations = peak_in_flight(order, per_chunk, held)
     other = 0.0
     for chunk in work.chunks[stage]:
         if "head" in chunk.blocks:

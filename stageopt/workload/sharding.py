@@ -16,7 +16,7 @@ from stageopt.graph.compile import CompiledBlock, compile_block
 from stageopt.graph.symbols import symbol_values
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.feasibility import model_stages, validate_plan
-from stageopt.parallel.placement import rank_chunks
+from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
 from stageopt.parallel.plan import Plan
 
 
@@ -61,16 +61,28 @@ class Workload:
         boundary = self.value("dense", "boundary_bytes")  # the residual stream crosses every boundary
         return round(boundary / self.plan.tp if self.plan.p2p_scatter_gather else boundary)
 
+    def runs(self, chunk: Chunk) -> int:
+        """Micro-batches that pass through a chunk per iteration (DualPipe feeds each copy half of them)."""
+        m = self.plan.microbatches
+        return m // 2 if self.plan.schedule in BIDIRECTIONAL else m
+
+    def iteration_sum(self, stage: int, name: str) -> float:
+        """``name`` summed over the stage's chunks, times the micro-batches each one runs."""
+        return sum(self.runs(c) * self.chunk_sum(c, name) for c in self.chunks[stage])
+
+    def _model_sum(self, name: str) -> float:
+        """``name`` over one model copy (DualPipe holds two)."""
+        return sum(self.chunk_sum(c, name) for row in self.chunks for c in row if c.copy == 0)
+
     @cached_property
     def params_total(self) -> float:
-        return sum(self.stage_sum(s, "params_dense") + self.stage_sum(s, "params_expert") for s in range(self.stages))
+        return self._model_sum("params_dense") + self._model_sum("params_expert")
 
     @cached_property
     def params_active(self) -> float:
         experts = self.model.experts or 1
         topk = self.model.top_k or 1
-        return sum(self.stage_sum(s, "params_dense") + self.stage_sum(s, "params_expert") * topk / experts
-                   for s in range(self.stages))
+        return self._model_sum("params_dense") + self._model_sum("params_expert") * topk / experts
 
 
 def layer_counts(model: ModelSpec, plan: Plan) -> list[int]:
