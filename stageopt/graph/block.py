@@ -11,6 +11,7 @@ from stageopt.graph import templates
 from stageopt.graph.autodiff import differentiate
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.fusion import fuse_ops
+from stageopt.graph.latent_attention import mla_attention
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
 
@@ -45,7 +46,7 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
     x = templates.layer_input(arch)
     if kind == "head":
         return b, x, templates.head(b, x, arch)
-    y = templates.attention(b, x, arch)
+    y = mla_attention(b, x, arch) if arch.attention_type == "mla" else templates.attention(b, x, arch)
     y = templates.moe(b, y, arch) if kind == "moe" else templates.mlp(b, y, arch)
     return b, x, y
 
@@ -142,4 +143,5 @@ def arch_of(model, plan) -> Arch:
     return Arch(norm=model.norm, activation=model.activation, attention=attention,
                 position=model.position, bias=model.bias, dropout=dropout,
                 tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp,
-                fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity)
+                fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity,
+                attention_type=model.attention_type, q_lora=model.q_lora_rank > 0)

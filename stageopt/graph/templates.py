@@ -39,6 +39,8 @@ class Arch:
     sp: bool
     fusions: frozenset[str] = frozenset()  # enabled fusion groups (stageopt.graph.fusion), from the stack
     expert_capacity: float = 1.0  # busiest rank's routed tokens over a balanced share (ModelSpec)
+    attention_type: str = "mha"  # mha | mla (graph.latent_attention)
+    q_lora: bool = False  # MLA queries through a low-rank bottleneck
 
 
 def residual_layout(arch: Arch) -> Layout:

@@ -19,6 +19,7 @@ NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu", "swiglu")
 ATTENTIONS = ("flash", "eager")
 POSITIONS = ("learned", "rope")
+ATTENTION_TYPES = ("mha", "mla")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,6 +36,13 @@ class ModelSpec:
     factor of the busiest rank for dropless routing (aux-loss-balanced training
     typically sees 1.1-1.3), or the capacity factor with token dropping (experts
     run padded to it). Expert GEMMs, permutes and all-to-alls scale with it.
+
+    ``attention_type="mla"`` is multi-head latent attention (DeepSeek-V2/V3):
+    queries through a ``q_lora_rank`` bottleneck (0: a direct projection),
+    keys and values from a ``kv_lora_rank`` latent plus one shared
+    ``qk_rope_dim`` rotary key; per head ``qk_nope_dim + qk_rope_dim`` for
+    queries and keys, ``v_head_dim`` for values. Its KV cache per token and
+    layer is ``kv_lora_rank + qk_rope_dim`` values.
     """
 
     name: str = "custom"
@@ -60,6 +68,12 @@ class ModelSpec:
     dropout: bool = False
     attention: str = "flash"
     expert_capacity: float = 1.0
+    attention_type: str = "mha"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_dim: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -114,12 +128,21 @@ def _require_choice(spec: ModelSpec, name: str, choices: tuple[str, ...]) -> Non
 def _validate(spec: ModelSpec) -> None:
     _require_types(spec)
     _require_count(spec, ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"), 1)
-    _require_count(spec, ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim"), 0)
+    _require_count(spec, ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim",
+                          "q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim"), 0)
     _require_choice(spec, "family", FAMILIES)
     _require_choice(spec, "norm", NORMS)
     _require_choice(spec, "activation", ACTIVATIONS)
     _require_choice(spec, "attention", ATTENTIONS)
     _require_choice(spec, "position", POSITIONS)
+    _require_choice(spec, "attention_type", ATTENTION_TYPES)
+    if spec.attention_type == "mla":
+        missing = [n for n in ("kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim") if not getattr(spec, n)]
+        if missing:
+            raise ConfigError(f"model: attention_type=mla needs {', '.join(missing)} > 0 "
+                              "(DeepSeek-V3: kv_lora_rank 512, qk_nope_dim 128, qk_rope_dim 64, v_head_dim 128)")
+        if spec.kv_heads != spec.heads:
+            raise ConfigError(f"model: attention_type=mla has one key/value per head; set kv_heads={spec.heads}")
     if spec.head_dim == 0 and spec.hidden % spec.heads:
         raise ConfigError(f"model: hidden={spec.hidden} is not divisible by heads={spec.heads}; "
                           "set head_dim explicitly or fix heads")
