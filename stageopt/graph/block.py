@@ -1,4 +1,4 @@
-"""Build one block (embedding, dense layer, MoE layer, head): forward, derived
+"""Build one block (embedding, a decoder layer of any kind, head): forward, derived
 backward, and the recompute policy that decides what is saved."""
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from stageopt.graph.autodiff import differentiate
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.fusion import fuse_ops
 from stageopt.graph.latent_attention import mla_attention
+from stageopt.graph.ssm import mamba2
+from stageopt.graph.symbols import SW
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
+from stageopt.model.layer_types import LAYER_KINDS, is_layer, kind_parts
 
-BLOCK_KINDS = ("embedding", "dense", "moe", "head")
+BLOCK_KINDS = ("embedding", *LAYER_KINDS, "head")
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,18 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
     x = templates.layer_input(arch)
     if kind == "head":
         return b, x, templates.head(b, x, arch)
-    y = mla_attention(b, x, arch) if arch.attention_type == "mla" else templates.attention(b, x, arch)
-    y = templates.moe(b, y, arch) if kind == "moe" else templates.mlp(b, y, arch)
+    mixer, ffn = kind_parts(kind)
+    y = x
+    if mixer == "attn":
+        y = mla_attention(b, x, arch) if arch.attention_type == "mla" else templates.attention(b, x, arch)
+    elif mixer == "swa":
+        y = templates.attention(b, x, arch, window=SW)
+    elif mixer == "mamba":
+        y = mamba2(b, x, arch)
+    if ffn == "moe":
+        y = templates.moe(b, y, arch)
+    elif ffn == "mlp":
+        y = templates.mlp(b, y, arch)
     return b, x, y
 
 
@@ -65,7 +78,7 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     saved = dict(back.saved)
     bwd_ops = list(back.bwd_ops if hasattr(back, "bwd_ops") else back.ops)
     recompute_ops: list[Op] = []
-    layer = kind in ("dense", "moe")
+    layer = is_layer(kind)
     if layer and recompute == "full":
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in fwd.ops]
         bwd_ops = [op for op in bwd_ops if "regather_of" not in op.attrs]

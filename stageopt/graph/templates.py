@@ -87,8 +87,13 @@ def _residual_add(b: GraphBuilder, x: Tensor, y: Tensor, arch: Arch, name: str) 
     return out
 
 
-def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
-    """Pre-norm self-attention with grouped-query heads; returns x + attn(x)."""
+def attention(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = None) -> Tensor:
+    """Pre-norm self-attention with grouped-query heads; returns x + attn(x).
+
+    ``window``: sliding-window attention over that many past tokens; a fused kernel then computes the
+    causal band, ``(2 W S - W^2) / S^2`` of the full matrix (counted, like causal attention, as twice
+    the positions a causal kernel visits).
+    """
     h = _norm(b, x, arch, "ln1")
     q = b.einsum("q", "bsh,hgrd->bsgrd", (h, weight("wq", (H, G, R, D), Layout.of(tp=Split(1)))))
     k = b.einsum("k", "bsh,hgd->bsgd", (h, weight("wk", (H, G, D), Layout.of(tp=Split(1)))))
@@ -103,7 +108,8 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
         (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
     b.region = "attn_core"
     if arch.attention == "flash":
-        o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention", flops_scale=2,
+        band = 1 if window is None else (2 * sp.Min(window, S) * S - sp.Min(window, S) ** 2) / S**2
+        o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention", flops_scale=2 * band,
                      extra={"causal": True})
     else:
         scores = b.einsum("scores", "bsgrd,btgd->bsgrt", (q, k), extra={"causal": True})

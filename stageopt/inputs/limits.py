@@ -40,6 +40,10 @@ MODEL_BOUNDS: dict[str, tuple[int, str]] = {
     "qk_nope_dim": (10**5, "real heads have at most a few hundred"),
     "qk_rope_dim": (10**5, "real heads have at most a few hundred"),
     "v_head_dim": (10**5, "real heads have at most a few hundred"),
+    "sliding_window": (10**8, "the longest trained contexts are ~10^7 tokens"),
+    "ssm_state": (10**6, "real Mamba-2 states have at most a few hundred per channel"),
+    "ssm_heads": (10**5, "real Mamba-2 layers have at most a few hundred heads"),
+    "ssm_head_dim": (10**5, "real Mamba-2 heads have at most a few hundred channels"),
 }
 
 # Plan sizes: degrees are bounded by the GPU count; batches by what fits in a step.

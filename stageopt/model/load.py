@@ -26,6 +26,7 @@ from stageopt.inputs.gate import clip, load_document, shorten
 from stageopt.inputs.limits import MODEL_BOUNDS
 from stageopt.inputs.shipped import MODEL_PRESETS_PACKAGE, shipped_dir, shipped_names
 from stageopt.model.hf_deepseek import DEEPSEEK_TYPES, deepseek_fields
+from stageopt.model.hf_hybrid import HYBRID_TYPES, hybrid_fields
 from stageopt.model.spec import ModelSpec
 
 PRESET_DIR = shipped_dir(MODEL_PRESETS_PACKAGE, "presets")
@@ -202,6 +203,10 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
         return fields
     if kind in DEEPSEEK_TYPES:
         return _families(deepseek_fields, cfg, origin)
+    if kind in HYBRID_TYPES:
+        if kind == "gemma3" and isinstance(cfg.get("text_config"), dict):  # multimodal config: the language model
+            cfg = {**cfg["text_config"], "model_type": "gemma3_text"}
+        return _families(hybrid_fields, cfg, origin)
     if kind == "gpt2":
         hidden = _hf_int(cfg, "n_embd", origin)
         heads = _hf_int(cfg, "n_head", origin)
@@ -211,7 +216,7 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
                 "position": "learned", "tied_embeddings": True, "bias": True, "dropout": True,
                 **_training_seq(_hf_int(cfg, "n_positions", origin, None), "n_positions", origin)}
     raise ConfigError(f"{origin}: unsupported Hugging Face model_type {kind!r}; "
-                      f"supported: {', '.join((*_LLAMA_LIKE, 'gpt2', *DEEPSEEK_TYPES))} "
+                      f"supported: {', '.join((*_LLAMA_LIKE, 'gpt2', *DEEPSEEK_TYPES, *HYBRID_TYPES))} "
                       "(or write a stageopt YAML)")
 
 

@@ -23,6 +23,12 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     _divides(plan.tp, "tp", model.kv_heads, "kv_heads")
     _divides(plan.tp, "tp", model.ffn, "ffn")
     _divides(plan.tp, "tp", model.vocab, "vocab")
+    if model.has_ssm:
+        _divides(plan.tp, "tp", model.ssm_heads, "ssm_heads")
+        _divides(plan.tp, "tp", model.ssm_groups, "ssm_groups")
+        if plan.cp > 1:
+            raise InfeasiblePlan(f"plan: cp={plan.cp} on {model.name}: context parallelism across Mamba-2 layers "
+                                 "(a sequential state) is not modelled; set cp=1")
     if model.is_moe:
         _divides(plan.tp, "tp", model.expert_ffn, "expert_ffn")
         _divides(plan.ep, "ep", model.experts, "experts")

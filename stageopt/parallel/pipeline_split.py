@@ -43,6 +43,9 @@ def parse_layout(text: str) -> list[str]:
     ``|`` separates model stages (Megatron-Core's ``parse_str_to_list`` rules).
     """
     flat = text.replace(",", "").replace(" ", "")
+    if any(int(n) > 100_000 for n in re.findall(r"\*(\d+)", flat)) or len(flat) > 10_000:
+        raise InfeasiblePlan("plan: layout is too long or repeats more than 100,000 times; "
+                             "real layouts have at most a few thousand layers")
     try:
         flat = re.sub(r"\(([^()]+)\)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), flat)
         flat = re.sub(r"(.)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), flat)

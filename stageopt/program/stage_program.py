@@ -66,7 +66,6 @@ from stageopt.workload import Chunk, Workload
 
 BUCKETS = ("layer", "chunk", "stage")
 MAX_TAG = 500_000_000  # ASTRA-sim numbers its collective streams from here; message tags stay below
-BLOCK_ORDER = ("embedding", "dense", "moe", "head")
 _PEER = {"next": NEXT, "prev": PREV}
 
 
@@ -315,8 +314,8 @@ class _StageBuilder(GradSync):
 
 
 def chunk_blocks(chunk: Chunk) -> list[str]:
-    """The chunk's blocks in model order: embedding, dense layers, MoE layers, head."""
-    return [k for k in BLOCK_ORDER for _ in range(chunk.blocks.get(k, 0))]
+    """The chunk's blocks in model order: embedding, its decoder layers, head."""
+    return ["embedding"] * chunk.blocks.get("embedding", 0) + list(chunk.layers) + ["head"] * chunk.blocks.get("head", 0)
 
 
 def build_stage_program(work: Workload, stage: int, options: ProgramOptions | None = None) -> StageProgram:

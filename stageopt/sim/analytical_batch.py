@@ -20,10 +20,13 @@ micro-batch's backward when ``dp_overlap``) and the optimizer step.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from stageopt.hardware import Hardware
 from stageopt.hardware.network import pipeline_message_time
+from stageopt.model.layer_types import block_kinds, layer_kinds
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_blocks import block_costs
@@ -63,7 +66,7 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], cost: dict, 
     """Time parts, tail and memory of every stage (stages a plan lacks are all zeros)."""
     proto = plans[0]
     tables = stage_tables(model, plans)
-    boundary = cost["dense"]["agg"]["boundary_bytes"]
+    boundary = cost["embedding"]["agg"]["boundary_bytes"]  # the residual stream
     t_p2p = pipeline_message_time(hw, proto, boundary, c["tp"], c["tp"] * c["cp"] * c["dp"])
     stages = []
     c["t_p2p"] = t_p2p
@@ -87,8 +90,7 @@ def _pick(stages: list[dict], index: np.ndarray, getter) -> np.ndarray:
 
 def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     proto = plans[0]
-    kinds = ["embedding", "dense", "head"] + (["moe"] if model.is_moe else [])
-    cost = {k: block_costs(model, hw, proto, c, k) for k in kinds}
+    cost = {k: block_costs(model, hw, proto, c, k) for k in block_kinds(model)}
     m = c["gbs"] / (c["mbs"] * c["dp"])
     pp, vpp = c["pp"], c["vpp"]
     stages = _stage_parts(model, hw, plans, cost, c, m)
@@ -118,9 +120,8 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
 def _rates(model: ModelSpec, hw: Hardware, proto: Plan, cost: dict, c: dict, m: np.ndarray, iteration: np.ndarray,
            out: dict[str, np.ndarray]) -> None:
     """Model and hardware FLOP rates, MFU and tokens per second."""
-    kinds = [k for k in ("embedding", "dense", "head", "moe") if k in cost]
-    counts_total = {"embedding": 1.0, "head": 1.0, "dense": float(model.layers - model.moe_layers),
-                    "moe": float(model.moe_layers)}
+    kinds = list(cost)
+    counts_total = {"embedding": 1.0, "head": 1.0, **Counter(layer_kinds(model))}
     ranks = c["dp"] * c["tp"] * c["cp"]
     model_flops = sum(counts_total[k] * (cost[k]["agg"]["fwd_flops"] + cost[k]["agg"]["bwd_flops"]) for k in kinds)
     recompute_flops = sum(counts_total[k] * cost[k]["agg"]["recompute_flops"] for k in kinds)

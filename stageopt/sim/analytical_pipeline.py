@@ -14,15 +14,20 @@ from functools import lru_cache
 
 import numpy as np
 
+from stageopt.model.layer_types import block_kinds
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.feasibility import model_stages
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
 from stageopt.parallel.plan import Plan
 from stageopt.workload.sharding import chunk_blocks_of
 
-STAGE_KINDS = ("embedding", "dense", "moe", "head")
-COLUMNS = STAGE_KINDS + ("sends", "chunks")
-CHUNK_COLUMNS = STAGE_KINDS + ("send_f", "send_b")  # per local chunk: blocks, sends after its F and its B
+SEND_COLUMNS = ("send_f", "send_b")  # per local chunk: messages after its F and after its B
+STAGE_EXTRA = ("sends", "chunks")  # per stage: messages per micro-batch, chunks held
+
+
+def columns(model: ModelSpec) -> tuple[str, ...]:
+    """Per-chunk table columns: the model's block kinds, then SEND_COLUMNS."""
+    return (*block_kinds(model), *SEND_COLUMNS)
 
 
 def pipeline_key(plan: Plan) -> tuple:
@@ -33,27 +38,28 @@ def pipeline_key(plan: Plan) -> tuple:
 
 @lru_cache(maxsize=512)
 def _chunk_table(model: ModelSpec, plan: Plan) -> np.ndarray:
-    """Shape (stages, chunks per rank, CHUNK_COLUMNS): each local chunk's blocks and messages."""
+    """Shape (stages, chunks per rank, columns(model)): each local chunk's blocks and messages."""
     split = model_stages(plan, model.layers)
     starts = [sum(st.layers for st in split[:k]) for k in range(len(split))]
     n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
     places = [rank_chunks(plan.schedule, plan.pp, plan.vpp, stage) for stage in range(plan.pp)]
-    rows = np.zeros((plan.pp, len(places[0]), len(CHUNK_COLUMNS)))
+    kinds = block_kinds(model)
+    rows = np.zeros((plan.pp, len(places[0]), len(kinds) + len(SEND_COLUMNS)))
     for stage, row in enumerate(places):
         for place in row:
             k = place.model_stage
             for kind, count in chunk_blocks_of(model, split[k], starts[k]).items():
-                rows[stage, place.local, STAGE_KINDS.index(kind)] = count
+                rows[stage, place.local, kinds.index(kind)] = count
             for col, step in ((-2, 1), (-1, -1)):
                 rows[stage, place.local, col] = neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev")
     return rows
 
 
 def _table(model: ModelSpec, plan: Plan) -> np.ndarray:
-    """Rows: stages; columns: COLUMNS (block counts, messages sent per micro-batch, chunks held)."""
+    """Rows: stages; columns: block kinds, then STAGE_EXTRA (messages per micro-batch, chunks held)."""
     chunks = _chunk_table(model, plan)
     counts = chunks.sum(axis=1)
-    return np.concatenate([counts[:, :len(STAGE_KINDS)], counts[:, -2:].sum(axis=1, keepdims=True),
+    return np.concatenate([counts[:, :-len(SEND_COLUMNS)], counts[:, -2:].sum(axis=1, keepdims=True),
                            np.full((plan.pp, 1), chunks.shape[1])], axis=1)
 
 
@@ -64,7 +70,8 @@ def _canonical(plan: Plan) -> Plan:
 def stage_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
     """Per-stage columns as arrays of shape (plans, max pp); ``valid`` marks stages that exist."""
     width = max(p.pp for p in plans)
-    out = np.zeros((len(plans), width, len(COLUMNS)))
+    names = (*block_kinds(model), *STAGE_EXTRA)
+    out = np.zeros((len(plans), width, len(names)))
     valid = np.zeros((len(plans), width), dtype=bool)
     by_key: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
@@ -73,7 +80,7 @@ def stage_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
         plan = plans[index[0]]
         out[index, :plan.pp] = _table(model, _canonical(plan))
         valid[index, :plan.pp] = True
-    tables = {name: out[:, :, j] for j, name in enumerate(COLUMNS)}
+    tables = {name: out[:, :, j] for j, name in enumerate(names)}
     tables["valid"] = valid
     return tables
 
@@ -81,7 +88,7 @@ def stage_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
 def chunk_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
     """Per-chunk columns, arrays of shape (plans, pp, chunks per rank); plans must share pp and schedule shape."""
     rows = np.stack([_chunk_table(model, _canonical(p)) for p in plans])
-    return {name: rows[..., j] for j, name in enumerate(CHUNK_COLUMNS)}
+    return {name: rows[..., j] for j, name in enumerate(columns(model))}
 
 
 def _split_fields(plan: Plan) -> dict[str, object]:
@@ -91,4 +98,4 @@ def _split_fields(plan: Plan) -> dict[str, object]:
 
 def stage_column(tables: dict[str, np.ndarray], stage: int) -> dict[str, np.ndarray]:
     """One stage's block counts and sends, as the per-stage dict the time and memory models take."""
-    return {name: tables[name][:, stage] for name in COLUMNS}
+    return {name: table[:, stage] for name, table in tables.items() if name != "valid"}

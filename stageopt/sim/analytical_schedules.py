@@ -26,7 +26,7 @@ from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.schedule import schedule_orders
 from stageopt.parallel.schedule_dag import PAIR, compile_dag
-from stageopt.sim.analytical_pipeline import STAGE_KINDS, chunk_tables
+from stageopt.sim.analytical_pipeline import SEND_COLUMNS, chunk_tables
 from stageopt.sim.analytical_stages import stage_time_parts
 
 SPLIT_SCHEDULES = ("zbh1", "zbv", "dualpipe", "dualpipev")
@@ -40,7 +40,7 @@ def _rows(tree: dict, index: list[int]) -> dict:
 def _chunk_passes(cost: dict, counts: dict[str, np.ndarray], t_p2p: np.ndarray, c: dict,
                   zero3: np.ndarray) -> dict[str, np.ndarray]:
     """F, I, W seconds of one chunk per micro-batch, and its compute and communication apart (for pairs)."""
-    kinds = [k for k in STAGE_KINDS if k in cost]
+    kinds = [k for k in counts if k in cost]
     comp = {k: counts[k] for k in kinds}
     comp["sends"] = counts["send_f"] + counts["send_b"]
     parts = stage_time_parts(cost, comp, t_p2p, c)
@@ -85,13 +85,13 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
     orders = schedule_orders(plan.schedule, pp, vpp, m)
     dag = compile_dag(plan.schedule, pp, vpp, orders)
     table = chunk_tables(model, plans)
-    n_chunks = table["dense"].shape[2]
-    layers = sum(table[k] for k in STAGE_KINDS)
+    n_chunks = table["embedding"].shape[2]
+    layers = sum(table[k] for k in table if k not in SEND_COLUMNS)
     per_stage = layers.sum(axis=2)
     names = ("F", "B", "I", "W", "cF", "cB", "xF", "xB")
     passes = np.zeros((len(names), pp, n_chunks, n))
     mem = np.zeros((3, pp, n_chunks, n))  # saved, held for W, head logits
-    kinds = [k for k in STAGE_KINDS if k in cost]
+    kinds = [k for k in table if k in cost]
     for s in range(pp):
         for ch in range(n_chunks):
             counts = {k: table[k][:, s, ch] for k in table}

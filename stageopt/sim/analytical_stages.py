@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stageopt.model.layer_types import is_layer
 from stageopt.parallel.plan import Plan
 from stageopt.workload.memory import OPTIMIZER_BYTES
 
@@ -59,7 +60,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     activations = held * saved
     logits = comp["head"] * cost["head"]["agg"]["logits_bytes"] * head_held
     other = logits
-    layer_kinds = [k for k in ("dense", "moe") if k in cost and k in comp]
+    layer_kinds = [k for k in cost if is_layer(k) and k in comp]
     if proto.recompute == "full":
         other = other + np.maximum.reduce([np.where(comp[k] > 0, cost[k]["agg"]["working_bytes"], 0)
                                            for k in layer_kinds])

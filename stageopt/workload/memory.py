@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stageopt.model.layer_types import is_layer
 from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
 from stageopt.workload.sharding import Workload
 
@@ -79,10 +80,10 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
         if "head" in chunk.blocks:
             other += work.value("head", "logits_bytes") * max_in_flight(order, chunk.local)
     if plan.recompute == "full":
-        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if k in ("dense", "moe")]
+        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         other += max((work.value(k, "working_bytes") for k in layer_kinds), default=0.0)
     if plan.zero >= 3:
-        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if k in ("dense", "moe")]
+        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         biggest = max((work.value(k, "local_dense") + work.value(k, "local_expert") for k in layer_kinds), default=0.0)
         other += 2 * biggest * plan.dtype_bytes  # current + prefetched layer, gathered
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer,

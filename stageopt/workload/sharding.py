@@ -14,6 +14,7 @@ from functools import cached_property
 from stageopt.graph.block import arch_of
 from stageopt.graph.compile import CompiledBlock, compile_block
 from stageopt.graph.symbols import symbol_values
+from stageopt.model.layer_types import block_kinds, layer_kinds
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.feasibility import model_stages, validate_plan
 from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
@@ -33,6 +34,7 @@ class Chunk:
     virtual: int  # position in the model pipeline
     blocks: dict[str, int]  # block kind -> count
     copy: int = 0
+    layers: tuple[str, ...] = ()  # decoder layer kinds in model order (embedding and head apart)
 
 
 @dataclass
@@ -58,7 +60,7 @@ class Workload:
 
     def message_bytes(self, chunk: Chunk) -> int:
         """Bytes of one pipeline message out of ``chunk`` (a 1/tp shard under scatter-gather)."""
-        boundary = self.value("dense", "boundary_bytes")  # the residual stream crosses every boundary
+        boundary = self.value("embedding", "boundary_bytes")  # the residual stream crosses every boundary
         return round(boundary / self.plan.tp if self.plan.p2p_scatter_gather else boundary)
 
     def runs(self, chunk: Chunk) -> int:
@@ -94,8 +96,7 @@ def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Wor
     """Validate the plan, compile the model's blocks and lay them out over stages."""
     validate_plan(plan, model, gpus)
     arch = arch_of(model, plan)
-    kinds = ["embedding", "dense", "head"] + (["moe"] if model.is_moe else [])
-    blocks = {k: compile_block(k, arch, plan.recompute) for k in kinds}
+    blocks = {k: compile_block(k, arch, plan.recompute) for k in block_kinds(model)}
     sym = symbol_values(model, plan)
     values = {k: b.evaluate(sym) for k, b in blocks.items()}
     split = model_stages(plan, model.layers)
@@ -105,15 +106,17 @@ def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Wor
         row = []
         for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage):
             k = place.model_stage
-            row.append(Chunk(stage, place.local, k, chunk_blocks_of(model, split[k], first_layer[k]), place.copy))
+            order = layer_kinds(model)[first_layer[k]:first_layer[k] + split[k].layers]
+            row.append(Chunk(stage, place.local, k, chunk_blocks_of(model, split[k], first_layer[k]), place.copy,
+                             order))
         chunks.append(row)
     return Workload(model=model, plan=plan, chunks=chunks, blocks=blocks, values=values)
 
 
 def chunk_blocks_of(model: ModelSpec, stage, start: int) -> dict[str, int]:
     """Block counts of a model stage holding ``stage.layers`` decoder layers from layer ``start`` on."""
-    n = stage.layers
-    dense = max(0, min(start + n, model.dense_layers) - start) if model.is_moe else n
-    blocks = {"embedding": int(stage.embedding), "dense": dense, "moe": n - dense if model.is_moe else 0,
-              "head": int(stage.loss)}
+    blocks = {"embedding": int(stage.embedding)}
+    for kind in layer_kinds(model)[start:start + stage.layers]:
+        blocks[kind] = blocks.get(kind, 0) + 1
+    blocks["head"] = int(stage.loss)
     return {k: v for k, v in blocks.items() if v}

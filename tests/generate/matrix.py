@@ -12,6 +12,9 @@ LLAMA8 = ("llama3-70b", ("layers=8", "seq=256"))
 MIXTRAL = ("mixtral-8x7b", ("layers=4", "seq=256"))
 DEEPSEEK = ("deepseek-v3", ("layers=5", "seq=256"))
 LLAMA6 = ("llama3-70b", ("layers=6", "seq=256"))
+NEMOTRON = ("nemotron-h-8b", ("layers=4", "seq=256", "layer_pattern=mfaf", "ssm_chunk=64"))
+GPTOSS = ("gpt-oss-120b", ("layers=4", "seq=256"))
+GEMMA = ("gemma3-27b", ("layers=6", "seq=256", "sliding_window=64"))
 
 # (model, overrides, plan, gpus, dp bucket)
 CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
@@ -55,4 +58,8 @@ CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
     (LLAMA8, "pp=2 tp=2 sp=on dp=2 gbs=8 schedule=zbv framework=torchtitan", 8, "chunk"),
     (MIXTRAL, "pp=2 dp=2 ep=2 gbs=8 schedule=dualpipe framework=hai-llm", 4, "layer"),
     (LLAMA8, "pp=4 dp=2 zero=1 gbs=16 schedule=dualpipev framework=torchtitan", 8, "stage"),
+    # Mamba-2 hybrids, sliding-window/global attention mixes
+    (NEMOTRON, "tp=2 pp=2 sp=on gbs=4", 4, "layer"),
+    (GPTOSS, "pp=2 dp=2 ep=2 tp=2 sp=on gbs=4", 8, "layer"),
+    (GEMMA, "tp=2 cp=2 sp=on gbs=2 recompute=full", 4, "layer"),
 ]
