@@ -35,8 +35,9 @@ Flag = tuple[str, str | None]  # ("--micro-batch-size", "1") or ("--sequence-par
 
 def megatron_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
     """Arguments for ``pretrain_gpt.py`` that run ``plan`` as it was simulated."""
-    if plan.schedule == "gpipe":
-        raise refuse("megatron", "Megatron-Core has no GPipe schedule",
+    if plan.schedule not in ("1f1b", "interleaved"):
+        names = {"gpipe": "GPipe", "zbh1": "ZB-H1", "zbv": "ZB-V", "dualpipe": "DualPipe", "dualpipev": "DualPipeV"}
+        raise refuse("megatron", f"Megatron-Core has no {names[plan.schedule]} schedule",
                      "export a plan with schedule=1f1b or schedule=interleaved")
     if plan.tp_overlap and plan.tp > 1 and not plan.sp:
         raise refuse("megatron", "--tp-comm-overlap needs --sequence-parallel",
