@@ -157,4 +157,5 @@ def arch_of(model, plan) -> Arch:
                 position=model.position, bias=model.bias, dropout=dropout,
                 tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp,
                 fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity,
-                attention_type=model.attention_type, q_lora=model.q_lora_rank > 0)
+                attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
+                cp_comm=plan.cp_comm)

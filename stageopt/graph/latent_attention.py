@@ -21,7 +21,16 @@ from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.layout import REPLICATE, Layout, Split
 from stageopt.graph.symbols import DN, DR, DV, KL, QL, B, G, H, S
 from stageopt.graph.tensor import Op, Tensor
-from stageopt.graph.templates import ACT, Arch, _dropout, _norm, _residual_add, weight
+from stageopt.graph.templates import (
+    ACT,
+    Arch,
+    _dropout,
+    _norm,
+    _residual_add,
+    ulysses_gather,
+    ulysses_scatter,
+    weight,
+)
 
 
 def _latent_norm(b: GraphBuilder, t: Tensor, size, name: str) -> Tensor:
@@ -30,9 +39,16 @@ def _latent_norm(b: GraphBuilder, t: Tensor, size, name: str) -> Tensor:
     return y
 
 
-def _attention_core(b: GraphBuilder, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Causal flash attention with query/key width DN + DR and value width DV; keys span the whole sequence."""
-    full = Layout.of(**{a: p for a, p in k.layout.items if a != "cp"})  # context parallelism gathers K and V
+def _attention_core(b: GraphBuilder, arch: Arch, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal flash attention with query/key width DN + DR and value width DV; keys span the whole sequence.
+
+    Context parallelism gathers K and V (all_gather, p2p) or scatters heads (a2a, Ulysses).
+    """
+    if arch.cp_comm == "a2a":
+        q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)
+        full = k.layout
+    else:
+        full = Layout.of(**{a: p for a, p in k.layout.items if a != "cp"})
     k, v = b.convert(k, full), b.convert(v, full)
     out = Tensor(name="attn", shape=(B, S, G, DV), layout=q.layout, dtype_bytes=ACT)
     rows = q.local_dim(0) * q.local_dim(1) * q.local_dim(2)  # query positions x heads on this rank
@@ -72,8 +88,9 @@ def mla_attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
         (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3)
     k, v = _keys(b, h, arch)
     b.region = "attn_core"
-    o = _attention_core(b, q, k, v)
+    o = _attention_core(b, arch, q, k, v)
     b.region = ""
+    (o,) = ulysses_gather(b, arch, (o,))
     y = b.einsum("proj", "bsnv,nvh->bsh", (o, weight("wo", (G, DV, H), Layout.of(tp=Split(0)))))
     y = _dropout(b, y, arch, "proj_dropout")
     return _residual_add(b, x, y, arch, "attn_residual")

@@ -41,6 +41,21 @@ class Arch:
     expert_capacity: float = 1.0  # busiest rank's routed tokens over a balanced share (ModelSpec)
     attention_type: str = "mha"  # mha | mla (graph.latent_attention)
     q_lora: bool = False  # MLA queries through a low-rank bottleneck
+    cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses)
+
+
+def ulysses_scatter(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...], heads_dim: int) -> tuple[Tensor, ...]:
+    """Ulysses context parallelism: trade the sequence split for a split of the heads (all-to-alls)."""
+    if arch.cp_comm != "a2a":
+        return tensors
+    return tuple(b.convert(t, t.layout.with_("cp", Split(heads_dim))) for t in tensors)
+
+
+def ulysses_gather(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Back from the head split to the sequence split after attention."""
+    if arch.cp_comm != "a2a":
+        return tensors
+    return tuple(b.convert(t, t.layout.with_("cp", Split(1))) for t in tensors)
 
 
 def residual_layout(arch: Arch) -> Layout:
@@ -106,17 +121,19 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = N
         # Eager RoPE: cast to fp32 complex, multiply, cast back (about three passes).
         (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
         (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
+    q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)
     b.region = "attn_core"
     if arch.attention == "flash":
         band = 1 if window is None else (2 * sp.Min(window, S) * S - sp.Min(window, S) ** 2) / S**2
-        o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention", flops_scale=2 * band,
-                     extra={"causal": True})
+        o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention",
+                     flops_scale=2 * band, extra={"causal": True})
     else:
         scores = b.einsum("scores", "bsgrd,btgd->bsgrt", (q, k), extra={"causal": True})
         (probs,) = b.vector("softmax", (scores,), flops_per_elem=5, bwd_flops_per_elem=4, needs=("out0",))
         probs = _dropout(b, probs, arch, "attn_dropout")
         o = b.einsum("context", "bsgrt,btgd->bsgrd", (probs, v), extra={"causal": True})
     b.region = ""
+    (o,) = ulysses_gather(b, arch, (o,))
     y = b.einsum("proj", "bsgrd,grdh->bsh", (o, weight("wo", (G, R, D, H), Layout.of(tp=Split(0)))))
     y = _bias(b, y, arch, "proj", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
     y = _dropout(b, y, arch, "proj_dropout", fuse="bias_dropout_add")

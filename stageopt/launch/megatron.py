@@ -20,8 +20,8 @@ How stageopt's plan maps:
   ``--num-layers-per-virtual-pipeline-stage``, an uneven one the explicit
   ``--pipeline-model-parallel-layout`` (embedding ``E`` on the first chunk, loss
   ``L`` on the last).
-* Context parallelism was simulated as an all-gather of K/V (``--cp-comm-type
-  all_gather``, the value Transformer Engine takes); flash attention runs as Transformer Engine's fused (cuDNN) kernel.
+* Context parallelism is written as simulated (``--cp-comm-type`` all_gather,
+  p2p or a2a, the values Transformer Engine takes); flash attention runs as Transformer Engine's fused (cuDNN) kernel.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _degrees(model: ModelSpec, plan: Plan) -> list[Flag]:
     if model.is_moe:
         flags.append(("--expert-tensor-parallel-size", str(plan.tp)))  # experts were simulated TP-sharded
     if plan.cp > 1:
-        flags.append(("--cp-comm-type", "all_gather"))
+        flags.append(("--cp-comm-type", plan.cp_comm))
     if plan.sp:
         flags.append(("--sequence-parallel", None))
     return flags

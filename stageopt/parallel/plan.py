@@ -20,6 +20,7 @@ from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpu
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
+CP_COMMS = ("all_gather", "p2p", "a2a")  # Megatron-Core's --cp-comm-type (a2a+p2p is not modelled)
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 
@@ -43,6 +44,15 @@ class Plan:
     pipeline-split``) or a ``layout`` string
     (``--pipeline-model-parallel-layout``); see
     :mod:`stageopt.parallel.pipeline_split`.
+
+    Context parallelism (Megatron-Core's ``--cp-comm-type``): ``cp_comm``
+    ``all_gather`` gathers K and V before attention; ``p2p`` passes K/V blocks
+    around a ring, each step overlapped with the attention of the previous
+    block; ``a2a`` (Ulysses) trades the sequence split for a head split with
+    all-to-alls before and after attention. Causal attention is load-balanced
+    over CP ranks as Megatron-Core and Transformer Engine do it: the sequence
+    is cut into 2*cp chunks, rank i holding chunks i and 2cp-1-i, so every rank
+    does the same share (hence seq must divide by 2*cp).
     """
 
     dp: int = 1
@@ -66,6 +76,7 @@ class Plan:
     embed_split: bool = False
     loss_split: bool = False
     layout: str = ""
+    cp_comm: str = "all_gather"
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -91,8 +102,16 @@ class Plan:
                 raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
                                      f"got {shorten(getattr(self, name))}")
         self._check_pipeline_fields()
+        self._check_context_fields()
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
+
+    def _check_context_fields(self) -> None:
+        if self.cp_comm not in CP_COMMS:
+            raise InfeasiblePlan(f"plan field 'cp_comm' must be one of {', '.join(CP_COMMS)}, "
+                                 f"got {shorten(self.cp_comm)}")
+        if self.cp == 1:  # nothing to communicate
+            object.__setattr__(self, "cp_comm", "all_gather")
 
     def _check_pipeline_fields(self) -> None:
         for name in ("first_layers", "last_layers"):
@@ -177,7 +196,8 @@ class Plan:
         extra = [f"first_layers={self.first_layers}" if self.first_layers else "",
                  f"last_layers={self.last_layers}" if self.last_layers else "",
                  "embed_split=on" if self.embed_split else "", "loss_split=on" if self.loss_split else "",
-                 f"layout={self.layout}" if self.layout else ""]
+                 f"layout={self.layout}" if self.layout else "",
+                 f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod
@@ -228,7 +248,7 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "decoder_last_pipeline_num_layers": "last_layers", "num_layers_in_last_pipeline_stage": "last_layers",
             "account_for_embedding_in_pipeline_split": "embed_split",
             "account_for_loss_in_pipeline_split": "loss_split",
-            "pipeline_model_parallel_layout": "layout",
+            "pipeline_model_parallel_layout": "layout", "cp_comm_type": "cp_comm",
             "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp"}
 
 

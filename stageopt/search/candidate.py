@@ -84,6 +84,6 @@ def make_candidate(space: SearchSpace, catalog: HardwareCatalog, values: Mapping
         split = {"first_layers": 0, "last_layers": 0, "embed_split": False, "loss_split": False}
     plan = Plan(tp=tp, cp=cp, pp=pp, dp=dp, ep=int(values["ep"]), vpp=vpp, mbs=int(values["mbs"]),
                 gbs=space.gbs, zero=zero, recompute=str(values["recompute"]), sp=bool(values["sp"]),
-                schedule=schedule, framework=load_profile(space.framework), **split)
+                schedule=schedule, framework=load_profile(space.framework), cp_comm=str(values["cp_comm"]), **split)
     validate_plan(plan, space.model, gpus)
     return Candidate(plan=plan, gpus=gpus, hw_key=catalog.key_for(values))

@@ -32,7 +32,7 @@ from stageopt.inputs.schema import load_yaml_mapping
 from stageopt.inputs.shipped import SPACES_PACKAGE, shipped_dir, shipped_names
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
-from stageopt.parallel.plan import RECOMPUTE, SCHEDULES
+from stageopt.parallel.plan import CP_COMMS, RECOMPUTE, SCHEDULES
 from stageopt.search.dimensions import (
     BACKENDS,
     HW_DIMS,
@@ -244,6 +244,9 @@ def _plan_values(name: str, raw: Any, where: str) -> list[Value]:
         elif name in ("first_layers", "last_layers"):
             if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= 10**6:
                 raise ConfigError(f"{where}: {shorten(item)} is not a layer count in 0..1000000 (0: unset)")
+        elif name == "cp_comm":
+            if item not in CP_COMMS:
+                raise ConfigError(f"{where}: {shorten(item)} is not one of {', '.join(CP_COMMS)}")
         elif name == "recompute":
             if item not in RECOMPUTE:
                 raise ConfigError(f"{where}: {shorten(item)} is not one of {', '.join(RECOMPUTE)}")

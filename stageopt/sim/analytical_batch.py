@@ -45,6 +45,7 @@ def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays["schedule"] = np.array([SCHEDULE_CODE[p.schedule] for p in plans], dtype=float)
     arrays["dp_overlap"] = np.array([p.dp_overlap for p in plans], dtype=bool)
     arrays["tp_overlap"] = np.array([p.tp_overlap for p in plans], dtype=bool)
+    arrays["cp_ring"] = np.array([p.cp_comm == "p2p" for p in plans], dtype=bool)
     return arrays
 
 
@@ -52,7 +53,8 @@ def evaluate_plans(model: ModelSpec, hw: Hardware, plans: list[Plan]) -> dict[st
     """Per-candidate arrays of times (s), memory (GiB) and rates; plans must be valid."""
     groups: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
-        groups.setdefault((plan.recompute, plan.sp, plan.dtype, plan.grad_dtype, plan.framework), []).append(i)
+        groups.setdefault((plan.recompute, plan.sp, plan.dtype, plan.grad_dtype, plan.framework,
+                           plan.cp_comm), []).append(i)
     out: dict[str, np.ndarray] = {}
     for index in groups.values():
         sub = [plans[i] for i in index]

@@ -62,4 +62,8 @@ CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
     (NEMOTRON, "tp=2 pp=2 sp=on gbs=4", 4, "layer"),
     (GPTOSS, "pp=2 dp=2 ep=2 tp=2 sp=on gbs=4", 8, "layer"),
     (GEMMA, "tp=2 cp=2 sp=on gbs=2 recompute=full", 4, "layer"),
+    # context parallelism: Ulysses all-to-all, ring (p2p)
+    (LLAMA, "cp=4 dp=2 gbs=4 cp_comm=a2a", 8, "layer"),
+    (DEEPSEEK, "tp=2 cp=2 sp=on dp=2 ep=2 gbs=4 cp_comm=a2a", 8, "layer"),
+    (LLAMA, "tp=2 cp=2 pp=2 sp=on gbs=4 cp_comm=p2p", 8, "layer"),
 ]
