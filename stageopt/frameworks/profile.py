@@ -70,6 +70,7 @@ class FrameworkProfile:
     grad_bucket_params_per_rank: float = 0.0
     zero3_bucket_params: float | None = None
     zero3_prefetch: bool = True
+    moe_shared_expert_overlap: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

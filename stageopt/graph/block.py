@@ -158,4 +158,4 @@ def arch_of(model, plan) -> Arch:
                 tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp,
                 fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity,
                 attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
-                cp_comm=plan.cp_comm)
+                cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0)

@@ -18,6 +18,8 @@ OVERLAPPED = ("all_gather", "reduce_scatter")
 # TP collectives pipeline with their GEMMs; CP's K/V gathers and dK/dV scatters, run as a ring (p2p),
 # with the attention kernel that reads or writes them (one K/V block per step).
 PARTNER_KIND = {"tp": "matmul", "cp": "attention"}
+# MoE dispatch all-to-all with the shared experts' kernels emitted right after it (moe_overlap).
+SHARED_REGION = "shared_expert"
 
 
 def overlap_partners(ops: Sequence[Op]) -> dict[int, tuple[int, ...]]:
@@ -30,6 +32,12 @@ def overlap_partners(ops: Sequence[Op]) -> dict[int, tuple[int, ...]]:
     out: dict[int, tuple[int, ...]] = {}
     for i, op in enumerate(ops):
         c = op.collective
+        if op.kind == "comm" and c is not None and c.axis == "ep" and c.kind == "all_to_all":
+            shared = tuple(j for j in range(i + 1, len(ops))
+                           if ops[j].region == SHARED_REGION and ops[j].kind == "matmul")
+            if shared:  # the dispatch runs while the shared experts compute (moe_overlap)
+                out[i] = shared
+            continue
         if op.kind != "comm" or c is None or c.axis not in PARTNER_KIND or c.kind not in OVERLAPPED:
             continue
         kind = PARTNER_KIND[c.axis]

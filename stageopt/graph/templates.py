@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from stageopt.graph.builder import GraphBuilder
-from stageopt.graph.layout import PARTIAL, Layout, Split
+from stageopt.graph.layout import PARTIAL, REPLICATE, Layout, Split
 from stageopt.graph.symbols import EP, FE, NS, B, D, E, F, G, H, K, R, S, V
 from stageopt.graph.tensor import Op, Tensor
 
@@ -42,6 +42,7 @@ class Arch:
     attention_type: str = "mha"  # mha | mla (graph.latent_attention)
     q_lora: bool = False  # MLA queries through a low-rank bottleneck
     cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses)
+    moe_overlap: bool = False  # shared experts computed while the dispatch all-to-all is in flight
 
 
 def ulysses_scatter(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...], heads_dim: int) -> tuple[Tensor, ...]:
@@ -170,6 +171,12 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     logits = b.einsum("router", "bsh,he->bse", (h, weight("w_router", (H, E))), out_dtype=FP32, precision=0)
     (probs,) = b.vector("router_topk", (logits,), flops_per_elem=6, bwd_flops_per_elem=4, needs=("out0",))
     tokens = _permute(b, h, probs, arch.expert_capacity)
+    shared = None
+    if arch.moe_overlap and arch.shared_experts:  # dispatch first, shared experts compute while it flies
+        tokens = b.convert(tokens, Layout.of(**{**dict(tokens.layout.items), "tp": REPLICATE, "ep": Split(0)}))
+        b.region = "shared_expert"
+        shared = _mlp_core(b, h, arch, NS * FE, "shared")
+        b.region = ""
     expert = Layout.of(ep=Split(0), tp=Split(2))
     gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")))
     up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")))
@@ -180,7 +187,7 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     back = b.convert(down, down.layout.with_("ep", Split(1)))
     y = _unpermute(b, back, probs, h)
     if arch.shared_experts:
-        shared = _mlp_core(b, h, arch, NS * FE, "shared")
+        shared = shared if shared is not None else _mlp_core(b, h, arch, NS * FE, "shared")
         (y,) = b.vector("shared_add", (y, shared), bwd="identity", linear=True)
     return _residual_add(b, x, y, arch, "moe_residual")
 

@@ -77,6 +77,7 @@ class Plan:
     loss_split: bool = False
     layout: str = ""
     cp_comm: str = "all_gather"
+    moe_overlap: bool | None = None
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -144,7 +145,8 @@ class Plan:
             raise InfeasiblePlan(f"plan field 'framework' must be a FrameworkProfile, got {self.framework!r}")
         stack = self.framework
         defaults = {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
-                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp)}
+                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
+                    "moe_overlap": stack.moe_shared_expert_overlap}
         for name, value in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -197,7 +199,8 @@ class Plan:
                  f"last_layers={self.last_layers}" if self.last_layers else "",
                  "embed_split=on" if self.embed_split else "", "loss_split=on" if self.loss_split else "",
                  f"layout={self.layout}" if self.layout else "",
-                 f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else ""]
+                 f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
+                 "moe_overlap=on" if self.moe_overlap else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod
@@ -241,7 +244,7 @@ def _within_bound(name: str, value: int) -> None:
 
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers")
-_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split")
+_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)
             "decoder_first_pipeline_num_layers": "first_layers", "num_layers_in_first_pipeline_stage": "first_layers",
@@ -249,6 +252,7 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "account_for_embedding_in_pipeline_split": "embed_split",
             "account_for_loss_in_pipeline_split": "loss_split",
             "pipeline_model_parallel_layout": "layout", "cp_comm_type": "cp_comm",
+            "moe_shared_expert_overlap": "moe_overlap",
             "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp"}
 
 

@@ -46,6 +46,7 @@ def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays["dp_overlap"] = np.array([p.dp_overlap for p in plans], dtype=bool)
     arrays["tp_overlap"] = np.array([p.tp_overlap for p in plans], dtype=bool)
     arrays["cp_ring"] = np.array([p.cp_comm == "p2p" for p in plans], dtype=bool)
+    arrays["moe_overlap"] = np.array([bool(p.moe_overlap) for p in plans], dtype=bool)
     return arrays
 
 
@@ -54,7 +55,7 @@ def evaluate_plans(model: ModelSpec, hw: Hardware, plans: list[Plan]) -> dict[st
     groups: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
         groups.setdefault((plan.recompute, plan.sp, plan.dtype, plan.grad_dtype, plan.framework,
-                           plan.cp_comm), []).append(i)
+                           plan.cp_comm, plan.moe_overlap), []).append(i)
     out: dict[str, np.ndarray] = {}
     for index in groups.values():
         sub = [plans[i] for i in index]

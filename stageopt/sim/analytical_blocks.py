@@ -51,9 +51,10 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
                           for cs in members])
         comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis])
         for i, cs in enumerate(members):
-            if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V steps under attention blocks
+            if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared experts
                 hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), degree[axis])
-                comm[i] = np.where(c["tp_overlap"] if axis == "tp" else c["cp_ring"], hidden, comm[i])
+                comm[i] = np.where({"tp": c["tp_overlap"], "cp": c["cp_ring"]}.get(axis, c["moe_overlap"]), hidden,
+                                   comm[i])
             if cs.phase == "fwd":
                 cost["comm_fwd"] = cost["comm_fwd"] + comm[i]
         cost[f"comm_{axis}"] = cost[f"comm_{axis}"] + comm.sum(axis=0)
