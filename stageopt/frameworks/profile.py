@@ -19,7 +19,7 @@ import numpy as np
 
 from stageopt.errors import ConfigError
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved")
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 BUCKETS = ("layer", "chunk", "stage")
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
@@ -72,6 +72,7 @@ class FrameworkProfile:
     grad_bucket_params_per_rank: float = 0.0
     zero3_bucket_params: float | None = None
     zero3_prefetch: bool = True
+    moe_shared_expert_overlap: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -137,6 +137,13 @@ class _Differentiator:
                     if isinstance(placement, Split) and x.layout.get(axis) == REPLICATE:
                         layout = layout.with_(axis, PARTIAL)
                 grads.append(self.bwd.derive(x, f"d{x.name}", layout=layout, role="wgrad"))
+            elif op.attrs.get("broadcast_partial") and x.shape != main.shape:
+                # an input broadcast over a dimension the main input splits: its gradient sums over that split
+                layout = complete(x.layout)
+                for axis, placement in main.layout.items:
+                    if isinstance(placement, Split) and x.layout.get(axis) == REPLICATE:
+                        layout = layout.with_(axis, PARTIAL)
+                grads.append(self.bwd.derive(x, f"d{x.name}", layout=layout, role="grad"))
             else:
                 grads.append(self.bwd.derive(x, f"d{x.name}", layout=complete(x.layout), role="grad"))
         self.bwd.emit(Op(name=f"d{op.name}", kind="vector", inputs=(g, *needed), outputs=tuple(grads),

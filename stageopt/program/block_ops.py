@@ -58,6 +58,7 @@ class OpShape:
     launches: int = 1  # comp: kernels the op stands for
     hides: tuple[int, ...] = ()  # coll: positions (in the same phase tuple) of the GEMMs it overlaps
     group: int = -1  # comp: position of the first GEMM of its fused GEMM (graph.fusion.gemm_groups)
+    wgrad: bool = False  # backward op of the weight-gradient (W) pass
 
 
 @dataclass(frozen=True)
@@ -81,17 +82,17 @@ class BlockOps:
         return np.array([int(round(e.xreplace(subs))) for e in self.exprs], dtype=np.int64)
 
 
-def _shape(op: Op, phase: str, index: int) -> OpShape:
+def _shape(op: Op, phase: str, index: int, wgrad: bool) -> OpShape:
     inputs = tuple(t.uid for t in op.inputs if t.role != "weight")
     groups = tuple(sorted({t.param_group for t in op.inputs if t.role == "weight"}))
     outputs = tuple(t.uid for t in op.outputs)
     if op.kind in COMPUTE_KINDS:
         return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel_name(op),
-                       op.attrs.get("precision", 0), op.launches)
+                       op.attrs.get("precision", 0), op.launches, wgrad=wgrad)
     if op.kind == "comm" and op.collective is not None:
         c = op.collective
-        return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index)
-    return OpShape(op.name, phase, "alias", "", "", inputs, groups, outputs, -1)
+        return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index, wgrad=wgrad)
+    return OpShape(op.name, phase, "alias", "", "", inputs, groups, outputs, -1, wgrad=wgrad)
 
 
 def _values(op: Op) -> tuple[sp.Expr, ...]:
@@ -117,12 +118,14 @@ def block_ops(kind: str, arch: Arch, recompute: str) -> BlockOps:
     graph = build_block(kind, arch, recompute)
     exprs: list[sp.Expr] = []
 
+    w_ids = {id(op) for op in graph.w_ops()}
+
     def phase_ops(ops: tuple[Op, ...]) -> tuple[OpShape, ...]:
         out = []
         partners = overlap_partners(ops)
         groups = gemm_groups(ops, arch.fusions)
         for i, op in enumerate(ops):
-            shape = _shape(op, op.phase, len(exprs))
+            shape = _shape(op, op.phase, len(exprs), id(op) in w_ids)
             if shape.kind != "alias":
                 exprs.extend(_values(op))
             if i in partners:

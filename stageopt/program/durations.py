@@ -47,10 +47,11 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
         sizes = np.array([n.comm_size for n in members], dtype=float) * (size if collective == "all_gather" else 1)
         buckets = np.array([collective_buckets(n, s, plan) for n, s in zip(members, sizes)])
         out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group))
-    if plan.tp_overlap:
-        for n in nodes:
-            if n.type == COLL and n.overlap:
-                out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), plan.tp)
+    for n in nodes:  # TP userbuffer overlap; ring (p2p) context parallelism under its attention blocks
+        if n.type == COLL and n.overlap and ((n.group == "tp" and plan.tp_overlap)
+                                             or (n.group == "cp" and plan.cp_comm == "p2p")):
+            chunks = plan.tp if n.group == "tp" else plan.cp
+            out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), chunks)
     sends = [n for n in nodes if n.type == SEND]
     if sends:
         idx = np.array([n.id for n in sends])

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stageopt.errors import InfeasiblePlan
+from stageopt.frameworks import load_profile
 from stageopt.hardware import Hardware, apply_hw_overrides, load_hardware
 from stageopt.parallel.feasibility import validate_plan
 from stageopt.parallel.plan import Plan
@@ -73,12 +74,16 @@ def make_candidate(space: SearchSpace, catalog: HardwareCatalog, values: Mapping
         raise InfeasiblePlan(f"tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide gpus={gpus}")
     dp = gpus // (tp * cp * pp)
     schedule, vpp = str(values["schedule"]), int(values["vpp"])
-    if pp == 1 or schedule != "interleaved" or vpp == 1:
-        vpp = 1
-        schedule = "1f1b" if pp == 1 or schedule == "interleaved" else schedule
+    if pp == 1:
+        schedule, vpp = "1f1b", 1
+    elif schedule != "interleaved" or vpp == 1:  # V-shaped schedules set their own 2 chunks per rank
+        schedule, vpp = ("1f1b" if schedule == "interleaved" else schedule), 1
     zero = int(values["zero"]) if dp > 1 else 0
+    split = {k: values[k] for k in ("first_layers", "last_layers", "embed_split", "loss_split")}
+    if pp == 1:  # uneven splits need a pipeline
+        split = {"first_layers": 0, "last_layers": 0, "embed_split": False, "loss_split": False}
     plan = Plan(tp=tp, cp=cp, pp=pp, dp=dp, ep=int(values["ep"]), vpp=vpp, mbs=int(values["mbs"]),
                 gbs=space.gbs, zero=zero, recompute=str(values["recompute"]), sp=bool(values["sp"]),
-                schedule=schedule)
+                schedule=schedule, framework=load_profile(space.framework), cp_comm=str(values["cp_comm"]), **split)
     validate_plan(plan, space.model, gpus)
     return Candidate(plan=plan, gpus=gpus, hw_key=catalog.key_for(values))

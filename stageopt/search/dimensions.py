@@ -20,9 +20,12 @@ from stageopt.hardware import Hardware
 
 Value = Union[int, float, str, bool]
 
-PLAN_DIMS = ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
+PLAN_DIMS = ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule",
+             "first_layers", "last_layers", "embed_split", "loss_split", "cp_comm")
 PLAN_DEFAULTS: dict[str, Value] = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 0,
-                                   "recompute": "none", "sp": False, "schedule": "1f1b"}
+                                   "recompute": "none", "sp": False, "schedule": "1f1b",
+                                   "first_layers": 0, "last_layers": 0, "embed_split": False, "loss_split": False,
+                                   "cp_comm": "all_gather"}
 HW_DIMS = ("hardware", "node_gpus", "scaleout_gbps", "hbm_gib")
 HW_SET_KEYS = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib"}
 OBJECTIVES = ("time", "throughput", "cost", "mfu")

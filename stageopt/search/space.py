@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 
 from stageopt.errors import ConfigError
+from stageopt.frameworks import load_profile
 from stageopt.hardware import apply_hw_overrides, list_hardware_presets, load_hardware
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_COUNT, check_count, check_finite, check_gpus
@@ -31,7 +32,7 @@ from stageopt.inputs.schema import load_yaml_mapping
 from stageopt.inputs.shipped import SPACES_PACKAGE, shipped_dir, shipped_names
 from stageopt.model import load_model
 from stageopt.model.spec import ModelSpec
-from stageopt.parallel.plan import RECOMPUTE, SCHEDULES
+from stageopt.parallel.plan import CP_COMMS, RECOMPUTE, SCHEDULES
 from stageopt.search.dimensions import (
     BACKENDS,
     HW_DIMS,
@@ -46,8 +47,8 @@ from stageopt.search.dimensions import (
 SPACES_DIR = shipped_dir(SPACES_PACKAGE)  # the checkout's search_spaces/, or stageopt/search_spaces/ in a wheel
 DEFAULT_SPACE = "default"
 
-_TOP_KEYS = ("name", "description", "model", "model_set", "cluster", "training", "plan", "codesign", "cost",
-             "objectives", "backend", "screen")
+_TOP_KEYS = ("name", "description", "model", "model_set", "framework", "cluster", "training", "plan", "codesign",
+             "cost", "objectives", "backend", "screen")
 _CLUSTER_KEYS = ("gpus", "hardware", "hw_set")
 _TRAINING_KEYS = ("global_batch", "seq")
 _COST_KEYS = ("gpu_hour_usd", "node_gpus_usd_per_gpu_hour", "scaleout_usd_per_gbps_per_gpu_hour",
@@ -75,6 +76,7 @@ class SearchSpace:
     objectives: tuple[str, ...]
     backend: str
     screen: str | None
+    framework: str | None = None  # the software stack every plan runs on (None: the default profile)
 
     @property
     def dims(self) -> tuple[Dimension, ...]:
@@ -185,7 +187,18 @@ def space_from_dict(data: Mapping[str, Any], where: str = "space") -> SearchSpac
         source=where, model_source=model_source, model_set=model_set, model=model, gpus=gpus,
         hardware=hardware, hw_set=hw_set, gbs=gbs, plan_dims=plan_dims, fixed_plan=fixed, hw_dims=hw_dims,
         cost=_cost(_mapping(data.get("cost", {}), f"{where}: cost"), where), objectives=objectives,
-        backend=backend, screen=screen)
+        backend=backend, screen=screen, framework=_framework(data.get("framework"), where))
+
+
+def _framework(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    name = _text(value, f"{where}: framework")
+    try:
+        load_profile(name)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: framework: {err}") from None
+    return name
 
 
 def check_objectives(objectives: tuple[str, ...], where: str) -> None:
@@ -223,11 +236,17 @@ def _plan_values(name: str, raw: Any, where: str) -> list[Value]:
         raise ConfigError(f"{where}: empty list; give at least one value")
     out: list[Value] = []
     for item in items:
-        if name == "sp":
+        if name in ("sp", "embed_split", "loss_split"):
             if isinstance(item, str) and item.lower() in ("on", "off"):
                 item = item.lower() == "on"
             if not isinstance(item, bool):
                 raise ConfigError(f"{where}: {shorten(item)} is not on/off")
+        elif name in ("first_layers", "last_layers"):
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= 10**6:
+                raise ConfigError(f"{where}: {shorten(item)} is not a layer count in 0..1000000 (0: unset)")
+        elif name == "cp_comm":
+            if item not in CP_COMMS:
+                raise ConfigError(f"{where}: {shorten(item)} is not one of {', '.join(CP_COMMS)}")
         elif name == "recompute":
             if item not in RECOMPUTE:
                 raise ConfigError(f"{where}: {shorten(item)} is not one of {', '.join(RECOMPUTE)}")
