@@ -84,13 +84,22 @@ def _eager(op: Op) -> Op:
               vector_flops=op.vector_flops, phase=op.phase, region=op.region, attrs={**op.attrs, "passes": passes})
 
 
+GEMM_AXES = {"": 1, "dgrad": 2, "wgrad": 0}  # the GEMM dimension fused members concatenate (m 0, n 1, k 2)
+
+
+def group_label(first: int, axis: int) -> int:
+    """A fused GEMM's label: its first member's position (or node id) and the axis its members join on."""
+    return 4 * first + axis
+
+
 def gemm_groups(ops: Sequence[Op], enabled: Iterable[str]) -> list[int]:
-    """For each op, the position of the first op of its fused GEMM (-1: not part of one).
+    """For each op, the label of the fused GEMM it belongs to (-1: not part of one).
 
     Matmuls tagged with an enabled ``gemm_group`` (``qkv``, ``fc1``; their backward
     data- and weight-gradient GEMMs carry ``qkv/dgrad`` etc.) run as one GEMM per
-    phase; the kernel model prices the group as that GEMM and shares its time out
-    by FLOPs.
+    phase, their output columns (forward), contracted columns (data gradient) or
+    output rows (weight gradient) concatenated; the kernel model prices the group
+    as that GEMM and shares its time out by FLOPs. Labels are :func:`group_label`.
     """
     enabled = frozenset(enabled)
     first: dict[tuple[str, str], int] = {}
@@ -98,7 +107,8 @@ def gemm_groups(ops: Sequence[Op], enabled: Iterable[str]) -> list[int]:
     for i, op in enumerate(ops):
         tag = op.attrs.get("gemm_group") if op.kind == "matmul" else None
         if tag and tag.split("/")[0] in enabled:
-            out.append(first.setdefault((op.phase, tag), i))
+            part = tag.split("/")[1] if "/" in tag else ""
+            out.append(group_label(first.setdefault((op.phase, tag), i), GEMM_AXES[part]))
         else:
             out.append(-1)
     return out

@@ -99,11 +99,12 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
                            cuda_graphs: bool = False) -> np.ndarray:
     """:func:`kernel_seconds`, with each group of fused GEMMs priced as the one GEMM it is.
 
-    ``groups`` labels each kernel (axis 0) with its fused GEMM (-1: none). A
-    group's shape keeps the dimensions its members share and sums the one they
-    differ in (the concatenated output columns of a fused QKV projection, the
-    contracted columns of its data gradient, the rows of its weight gradient);
-    members share the group's time in proportion to their FLOPs.
+    ``groups`` labels each kernel (axis 0) with its fused GEMM (-1: none); a
+    label modulo 4 is the dimension the members join on (0: m, 1: n, 2: k; see
+    :func:`stageopt.graph.fusion.group_label`): the output columns of a fused QKV
+    projection, the contracted columns of its data gradient, the rows of its
+    weight gradient. The group is priced as that one GEMM and its members share
+    its time in proportion to their FLOPs.
     """
     times = kernel_seconds(hw, dtype, kern, attention_kernel, cuda_graphs)
     groups = np.asarray(groups)
@@ -112,10 +113,9 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
             ("flops", "nbytes", "m", "n", "k", "batch")}
     for label in np.unique(groups[groups >= 0]):
         idx = np.flatnonzero(groups == label)
-        dims = {}
-        for f in ("m", "n", "k", "batch"):
-            rows = full[f][idx]
-            dims[f] = np.where(np.all(rows == rows[0], axis=0), rows[0], rows.sum(axis=0))[None]
+        joined = ("m", "n", "k")[label % 4]
+        dims = {f: (full[f][idx].sum(axis=0) if f == joined else full[f][idx[0]])[None]
+                for f in ("m", "n", "k", "batch")}
         flops = full["flops"][idx]
         one = Kernels(code=np.zeros(1, dtype=int)[:, None] if flops.ndim > 1 else np.zeros(1, dtype=int),
                       flops=flops.sum(axis=0)[None], nbytes=full["nbytes"][idx].sum(axis=0)[None],

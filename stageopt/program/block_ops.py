@@ -57,7 +57,7 @@ class OpShape:
     precision: int = 0  # comp: the kernel model's precision class (stageopt.hardware.kernels)
     launches: int = 1  # comp: kernels the op stands for
     hides: tuple[int, ...] = ()  # coll: positions (in the same phase tuple) of the GEMMs it overlaps
-    group: int = -1  # comp: position of the first GEMM of its fused GEMM (graph.fusion.gemm_groups)
+    group: int = -1  # comp: its fused GEMM's label (graph.fusion.gemm_groups: first position and join axis)
     wgrad: bool = False  # backward op of the weight-gradient (W) pass
 
 

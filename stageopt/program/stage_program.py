@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 from stageopt.errors import ConfigError
 from stageopt.graph.block import arch_of
+from stageopt.graph.fusion import group_label
 from stageopt.graph.symbols import symbol_values
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
 from stageopt.parallel.ranks import group_size
@@ -189,9 +190,10 @@ class _StageBuilder(GradSync):
                 nid = node_at[pos]
                 b.nodes[nid] = dataclasses.replace(b.nodes[nid], overlap=tuple(node_at[h] for h in op.hides
                                                                               if h in node_at))
-            if op.group >= 0 and pos in node_at and op.group in node_at:
+            if op.group >= 0 and pos in node_at and op.group // 4 in node_at:
                 nid = node_at[pos]
-                b.nodes[nid] = dataclasses.replace(b.nodes[nid], gemm_group=node_at[op.group])
+                label = group_label(node_at[op.group // 4], op.group % 4)
+                b.nodes[nid] = dataclasses.replace(b.nodes[nid], gemm_group=label)
         found = tuple(sorted({n for uid in exits for n in produced.get(uid, ())}))
         last = b.stream_point()
         return _Emitted(exits=found or last, done=last + tuple(c for c in colls if c not in waited),

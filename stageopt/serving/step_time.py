@@ -75,13 +75,13 @@ def _kernels(code: int, flops, nbytes, shape, precision: int, launches: float = 
                    count=launches)
 
 
-def _fused_gemm_seconds(hw: Hardware, dtype: str, members: list[Kernels]) -> np.ndarray:
+def _fused_gemm_seconds(hw: Hardware, dtype: str, members: list[Kernels], label: int) -> np.ndarray:
     """Seconds of one fused GEMM made of ``members`` (the shared kernel model's grouping rule)."""
     stacked = Kernels(**{f: np.stack([np.broadcast_to(np.asarray(getattr(k, f), dtype=float), members[0].flops.shape)
                                       for k in members]) for f in ("flops", "nbytes", "m", "n", "k", "batch")},
                       code=np.zeros((len(members), 1), dtype=int), precision=np.asarray(members[0].precision)[None],
                       backward=np.zeros((len(members), 1), dtype=bool))
-    return grouped_kernel_seconds(hw, dtype, stacked, np.zeros(len(members), dtype=int), cuda_graphs=True).sum(axis=0)
+    return grouped_kernel_seconds(hw, dtype, stacked, np.full(len(members), label), cuda_graphs=True).sum(axis=0)
 
 
 def attention_kernel_seconds(hw: Hardware, flops, nbytes) -> np.ndarray:
@@ -152,8 +152,8 @@ class StepModel:
                     KERNEL_CODES["vector"], flops, weights + acts + cache, None, HIGH, row.launches))
             else:
                 total += attention_kernel_seconds(self.hw, flops, acts + cache)
-        for members in fused.values():
-            total += _fused_gemm_seconds(self.hw, self.gemm_dtype, members)
+        for label, members in fused.items():
+            total += _fused_gemm_seconds(self.hw, self.gemm_dtype, members, label)
         return total
 
     def _with(self, kind: str, **symbols: np.ndarray) -> dict:

@@ -130,12 +130,16 @@ def test_fused_qkv_is_priced_as_one_gemm_and_shared_by_flops():
     kern = Kernels(code=np.zeros(3, dtype=int), flops=flops, nbytes=2.0 * (m * k + k * ns + m * ns),
                    m=np.full(3, m), n=ns, k=np.full(3, k), batch=np.ones(3), precision=np.zeros(3),
                    backward=np.zeros(3, dtype=bool))
-    t = grouped_kernel_seconds(hw, "bf16", kern, np.zeros(3, dtype=int))
+    t = grouped_kernel_seconds(hw, "bf16", kern, np.ones(3, dtype=int))  # label 1: joined on n
     assert t.sum() == pytest.approx(hw.gpu.matmul_time_s(m, 1280, k))
     assert t[1] / t[0] == pytest.approx(128 / 1024)
     alone = grouped_kernel_seconds(hw, "bf16", kern, np.full(3, -1))
     assert alone[1] == pytest.approx(hw.gpu.matmul_time_s(m, 128, k))  # a 128-column GEMM fills half a tile
     assert alone.sum() > t.sum()
+    # Equal members (multi-head attention) still join: three n = 1792 projections are one n = 5376 GEMM.
+    eq = Kernels(**{**kern.__dict__, "n": np.full(3, 1792), "flops": np.full(3, 2.0 * m * 1792 * k)})
+    assert grouped_kernel_seconds(hw, "bf16", eq, np.ones(3, dtype=int)).sum() == pytest.approx(
+        hw.gpu.matmul_time_s(m, 3 * 1792, k))
 
 
 def test_megatron_fuses_qkv_and_fc1_gemms_but_eager_torch_does_not():
