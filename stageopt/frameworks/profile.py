@@ -51,6 +51,10 @@ class FrameworkProfile:
     same for ZeRO-3 parameter gathers and gradient scatters (None: one per block,
     as FSDP wraps each transformer block); ``zero3_prefetch`` gathers the next
     block's parameters on a side stream while the current one computes.
+    ``fsdp_unsharded_across_microbatches``: with pipeline parallelism the stack
+    gathers FSDP parameters once per step and keeps them (and unreduced
+    gradients) until the last micro-batch's backward, as PyTorch's pipelining
+    stages do for FSDP2 modules; ZeRO-3 then costs what ZeRO-1 does.
     """
 
     name: str
@@ -73,6 +77,7 @@ class FrameworkProfile:
     zero3_bucket_params: float | None = None
     zero3_prefetch: bool = True
     moe_shared_expert_overlap: bool = False
+    fsdp_unsharded_across_microbatches: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

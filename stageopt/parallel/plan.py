@@ -166,6 +166,18 @@ class Plan:
         return self.framework.pipeline_scatter_gather and not self.sp and self.tp > 1
 
     @property
+    def step_zero(self) -> int:
+        """The ZeRO stage whose communication and memory the step follows.
+
+        ZeRO-3 under pipeline parallelism on a stack that keeps FSDP parameters
+        gathered across micro-batches (torchtitan) gathers and reduces once per
+        step and holds whole parameters and gradients meanwhile: ZeRO-1's costs.
+        """
+        if self.zero == 3 and self.pp > 1 and self.framework.fsdp_unsharded_across_microbatches:
+            return 1
+        return self.zero
+
+    @property
     def edp(self) -> int:
         """Data-parallel degree of expert weights (dp / ep)."""
         return self.dp // self.ep

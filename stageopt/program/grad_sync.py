@@ -34,7 +34,7 @@ class GradSync:
 
     def zero3_gathers(self, kind: str, deps: tuple[int, ...], label: str) -> dict[str, int]:
         """ZeRO-3: gather this block's parameters (per group) once ``deps`` are done (prefetch)."""
-        if self.plan.zero < 3:
+        if self.plan.step_zero < 3:
             return {}
         out: dict[str, int] = {}
         for group, pgroup in zip(DP_GROUPS, ("dense", "expert")):
@@ -46,7 +46,7 @@ class GradSync:
         return out
 
     def zero3_scatters(self, kind: str, deps: tuple[int, ...], label: str) -> None:
-        if self.plan.zero < 3:
+        if self.plan.step_zero < 3:
             return
         for group in DP_GROUPS:
             size, params = self.sizes[group], self.params[kind].of_group(group)
@@ -81,9 +81,9 @@ class GradSync:
             deps = (self.b.add(f"{bucket.name}:tp_norm_grads", COLL, "dp", deps, collective="all_reduce",
                                group="tp", group_size=self.sizes["tp"], comm_size=p.tp_partial * plan.grad_bytes),)
             self.reductions.append(deps[0])
-        if plan.zero >= 3:
+        if plan.step_zero >= 3:
             return
-        kind = "all_reduce" if plan.zero == 0 else "reduce_scatter"
+        kind = "all_reduce" if plan.step_zero == 0 else "reduce_scatter"
         for group in DP_GROUPS:
             size, params = self.sizes[group], p.of_group(group)
             if size > 1 and params:
@@ -99,11 +99,11 @@ class GradSync:
         plan = self.plan
         dense, expert = stage_params(self.work, self.stage)
         dense_shard, expert_shard = shard_degrees(self.work)
-        updated = dense / dense_shard + expert / expert_shard if plan.zero >= 1 else dense + expert
+        updated = dense / dense_shard + expert / expert_shard if plan.step_zero >= 1 else dense + expert
         flops = round(OPTIMIZER_FLOPS_PER_PARAM * updated)
         touched = round(updated * (plan.grad_bytes + OPTIMIZER_STATE_BYTES + plan.dtype_bytes))
         opt = self.b.comp("optimizer", "optimizer", list(self.reductions), flops, touched, "vector")
-        if plan.zero not in (1, 2):
+        if plan.step_zero not in (1, 2):
             return
         for bucket in self.issued:
             for group in DP_GROUPS:

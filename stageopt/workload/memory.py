@@ -68,9 +68,9 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     def sharded(count_dense: float, count_expert: float, on: bool) -> float:
         return count_dense / dense_shard + count_expert / expert_shard if on else count_dense + count_expert
 
-    weights = sharded(dense, expert, plan.zero >= 3) * plan.dtype_bytes
-    gradients = sharded(dense, expert, plan.zero >= 2) * plan.grad_bytes
-    optimizer = sharded(dense, expert, plan.zero >= 1) * OPTIMIZER_BYTES
+    weights = sharded(dense, expert, plan.step_zero >= 3) * plan.dtype_bytes
+    gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_bytes
+    optimizer = sharded(dense, expert, plan.step_zero >= 1) * OPTIMIZER_BYTES
     order = stage_order(plan, stage)
     per_chunk = {c.local: work.chunk_sum(c, "saved_bytes") for c in work.chunks[stage]}
     held = {c.local: work.chunk_sum(c, "wgrad_held_bytes") for c in work.chunks[stage]}
@@ -82,7 +82,7 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     if plan.recompute == "full":
         layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         other += max((work.value(k, "working_bytes") for k in layer_kinds), default=0.0)
-    if plan.zero >= 3:
+    if plan.step_zero >= 3:
         layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         biggest = max((work.value(k, "local_dense") + work.value(k, "local_expert") for k in layer_kinds), default=0.0)
         other += 2 * biggest * plan.dtype_bytes  # current + prefetched layer, gathered

@@ -75,9 +75,9 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
         if size == 1 or params == 0:
             continue
         grads, weights = params * plan.grad_bytes, params * plan.dtype_bytes
-        if plan.zero == 0:
+        if plan.step_zero == 0:
             out.append(CollectiveUse(group, "all_reduce", "dp", 1, grads, size))
-        elif plan.zero in (1, 2):
+        elif plan.step_zero in (1, 2):
             out += [CollectiveUse(group, "reduce_scatter", "dp", 1, grads, size),
                     CollectiveUse(group, "all_gather", "dp", 1, weights, size)]
         else:
@@ -106,7 +106,7 @@ def stage_stats(work: Workload, stage: int) -> StageStats:
     flops = {phase: work.iteration_sum(stage, f"{phase}_flops") for phase in ("fwd", "bwd", "recompute")}
     dense, expert = stage_params(work, stage)
     dense_shard, expert_shard = shard_degrees(work)
-    updated = dense / dense_shard + expert / expert_shard if plan.zero >= 1 else dense + expert
+    updated = dense / dense_shard + expert / expert_shard if plan.step_zero >= 1 else dense + expert
     flops["optimizer"] = OPTIMIZER_FLOPS_PER_PARAM * updated
     flops["total"] = sum(flops.values())
     attn = sum(work.iteration_sum(stage, f"{p}_attn_flops") for p in ("fwd", "bwd", "recompute"))
