@@ -195,14 +195,16 @@ def test_bad_overrides_name_the_key(override: str, match: str) -> None:
 
 
 def test_gemm_tiles_and_waves_by_hand() -> None:
-    # 132 SMs, 128x256 tiles. m=n=8192: 64*32 = 2048 tiles = 15.5 waves -> 16 full waves.
+    # 132 SMs, 128x256 tiles. m=n=8192: 64*32 = 2048 tiles = 15 full waves and a tail of 68 tiles (k not split).
     assert gemm_padded_flops(8192, 8192, 8192, 1, 128, 256, 132) == 16 * 132 * 2 * 128 * 256 * 8192
-    # 132 tiles exactly fill one wave; one more tile costs a whole second wave.
+    # 132 tiles exactly fill one wave; one more tile is a tail wave whose k is split 132 ways.
     assert gemm_padded_flops(128 * 132, 256, 64, 1, 128, 256, 132) == 132 * 2 * 128 * 256 * 64
-    assert gemm_padded_flops(128 * 133, 256, 64, 1, 128, 256, 132) == 2 * 132 * 2 * 128 * 256 * 64
+    assert gemm_padded_flops(128 * 133, 256, 132, 1, 128, 256, 132) == 132 * 2 * 128 * 256 * (132 + 1)
+    # 160 tiles: one full wave, then 28 tiles each split 4 ways (floor(132 / 28)): a quarter-k wave.
+    assert gemm_padded_flops(128 * 160, 256, 8192, 1, 128, 256, 132) == 132 * 2 * 128 * 256 * (8192 + 2048)
     # m = 1000 pads to 8 row tiles, as m = 1024; batch entries add tiles.
     assert gemm_padded_flops(1000, 256, 10, 1, 128, 256, 132) == gemm_padded_flops(1024, 256, 10, 1, 128, 256, 132)
-    assert gemm_padded_flops(128, 256, 10, 200, 128, 256, 132) == 2 * 132 * 2 * 128 * 256 * 10
+    assert gemm_padded_flops(128, 256, 10, 200, 128, 256, 132) == 132 * 2 * 128 * 256 * (10 + 10)  # tail of 68: k not split
     # Fewer tiles than SMs: k is split to fill the wave (32 tiles -> 4-way split-K, one wave).
     assert gemm_padded_flops(1, 8192, 8192, 1, 128, 256, 132) == 132 * 2 * 128 * 256 * 2048
 

@@ -19,11 +19,13 @@ import numpy as np
 
 from stageopt.errors import ConfigError
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved")
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 BUCKETS = ("layer", "chunk", "stage")
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
-FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all")
+FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1")
+# "qkv" and "fc1" fuse GEMMs rather than elementwise ops: the query/key/value projections, and the
+# gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated).
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,6 +51,10 @@ class FrameworkProfile:
     same for ZeRO-3 parameter gathers and gradient scatters (None: one per block,
     as FSDP wraps each transformer block); ``zero3_prefetch`` gathers the next
     block's parameters on a side stream while the current one computes.
+    ``fsdp_unsharded_across_microbatches``: with pipeline parallelism the stack
+    gathers FSDP parameters once per step and keeps them (and unreduced
+    gradients) until the last micro-batch's backward, as PyTorch's pipelining
+    stages do for FSDP2 modules; ZeRO-3 then costs what ZeRO-1 does.
     """
 
     name: str
@@ -70,6 +76,8 @@ class FrameworkProfile:
     grad_bucket_params_per_rank: float = 0.0
     zero3_bucket_params: float | None = None
     zero3_prefetch: bool = True
+    moe_shared_expert_overlap: bool = False
+    fsdp_unsharded_across_microbatches: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

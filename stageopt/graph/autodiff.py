@@ -96,8 +96,10 @@ class _Differentiator:
             others = [self.fetch(y) for j, y in enumerate(op.inputs) if j != i]
             spec = ",".join([out] + [ins[j] for j in range(len(ins)) if j != i]) + "->" + ins[i]
             precision = 0 if op.attrs.get("precision", 0) == 0 else (2 if x.role == "weight" else 1)
+            tag = op.attrs.get("gemm_group")
+            extra = {"gemm_group": f"{tag}/{'wgrad' if x.role == 'weight' else 'dgrad'}"} if tag else None
             g = self.bwd.einsum(f"d{x.name}", spec, (gout, *others), out_dtype=x.dtype_bytes,
-                                role="wgrad" if x.role == "weight" else "grad", precision=precision)
+                                role="wgrad" if x.role == "weight" else "grad", precision=precision, extra=extra)
             self._deliver(x, g)
 
     def _attention(self, op: Op, gout: Tensor) -> None:
@@ -135,6 +137,13 @@ class _Differentiator:
                     if isinstance(placement, Split) and x.layout.get(axis) == REPLICATE:
                         layout = layout.with_(axis, PARTIAL)
                 grads.append(self.bwd.derive(x, f"d{x.name}", layout=layout, role="wgrad"))
+            elif op.attrs.get("broadcast_partial") and x.shape != main.shape:
+                # an input broadcast over a dimension the main input splits: its gradient sums over that split
+                layout = complete(x.layout)
+                for axis, placement in main.layout.items:
+                    if isinstance(placement, Split) and x.layout.get(axis) == REPLICATE:
+                        layout = layout.with_(axis, PARTIAL)
+                grads.append(self.bwd.derive(x, f"d{x.name}", layout=layout, role="grad"))
             else:
                 grads.append(self.bwd.derive(x, f"d{x.name}", layout=complete(x.layout), role="grad"))
         self.bwd.emit(Op(name=f"d{op.name}", kind="vector", inputs=(g, *needed), outputs=tuple(grads),

@@ -1,4 +1,4 @@
-"""Build one block (embedding, dense layer, MoE layer, head): forward, derived
+"""Build one block (embedding, a decoder layer of any kind, head): forward, derived
 backward, and the recompute policy that decides what is saved."""
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ from stageopt.graph import templates
 from stageopt.graph.autodiff import differentiate
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.fusion import fuse_ops
+from stageopt.graph.latent_attention import mla_attention
+from stageopt.graph.ssm import mamba2
+from stageopt.graph.symbols import SW
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
+from stageopt.model.layer_types import LAYER_KINDS, is_layer, kind_parts
 
-BLOCK_KINDS = ("embedding", "dense", "moe", "head")
+BLOCK_KINDS = ("embedding", *LAYER_KINDS, "head")
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,10 @@ class BlockGraph:
     working_set: tuple[Tensor, ...]  # what a fully recomputed block materializes during its backward
     input: Tensor | None
     output: Tensor
+    wgrad: tuple[bool, ...] = ()  # aligned with bwd: the op computes weight gradients only (a W pass)
+
+    def w_ops(self) -> tuple[Op, ...]:
+        return tuple(op for op, w in zip(self.bwd, self.wgrad) if w)
 
 
 def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor]:
@@ -41,8 +49,18 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
     x = templates.layer_input(arch)
     if kind == "head":
         return b, x, templates.head(b, x, arch)
-    y = templates.attention(b, x, arch)
-    y = templates.moe(b, y, arch) if kind == "moe" else templates.mlp(b, y, arch)
+    mixer, ffn = kind_parts(kind)
+    y = x
+    if mixer == "attn":
+        y = mla_attention(b, x, arch) if arch.attention_type == "mla" else templates.attention(b, x, arch)
+    elif mixer == "swa":
+        y = templates.attention(b, x, arch, window=SW)
+    elif mixer == "mamba":
+        y = mamba2(b, x, arch)
+    if ffn == "moe":
+        y = templates.moe(b, y, arch)
+    elif ffn == "mlp":
+        y = templates.mlp(b, y, arch)
     return b, x, y
 
 
@@ -60,7 +78,7 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     saved = dict(back.saved)
     bwd_ops = list(back.bwd_ops if hasattr(back, "bwd_ops") else back.ops)
     recompute_ops: list[Op] = []
-    layer = kind in ("dense", "moe")
+    layer = is_layer(kind)
     if layer and recompute == "full":
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in fwd.ops]
         bwd_ops = [op for op in bwd_ops if "regather_of" not in op.attrs]
@@ -80,12 +98,36 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     phases = _fused((tuple(fwd.ops), tuple(bwd_ops), tuple(recompute_ops)), arch, keep={
         y.uid, *(t.uid for t in saved.values()), *(g.uid for g in back.weight_grads.values()),
         *((back.input_grad.uid,) if back.input_grad is not None else ())})
+    weight_grads = tuple(back.weight_grads[uid] for uid in weights)
     return BlockGraph(
         kind=kind, fwd=phases[0], bwd=phases[1], recompute=phases[2],
-        weights=tuple(weights.values()),
-        weight_grads=tuple(back.weight_grads[uid] for uid in weights),
+        weights=tuple(weights.values()), weight_grads=weight_grads,
         saved=tuple({t.uid: t for t in saved.values()}.values()),
-        working_set=tuple(back.saved.values()), input=x, output=y)
+        working_set=tuple(back.saved.values()), input=x, output=y,
+        wgrad=weight_gradient_ops(list(phases[1]), {t.uid for t in weight_grads}))
+
+
+def weight_gradient_ops(bwd: list[Op], wgrad_uids: set[int]) -> tuple[bool, ...]:
+    """Which backward ops only serve weight gradients: the zero-bubble W pass (Qi et al. 2023).
+
+    An op belongs to W if all it produces are weight gradients, or if everything
+    it produces is read only by W ops (e.g. the all-gather that re-forms a
+    sequence-parallel input for dW). The rest is the input-gradient pass the
+    previous pipeline stage waits for.
+    """
+    readers: dict[int, list[int]] = {}
+    for i, op in enumerate(bwd):
+        for t in op.inputs:
+            readers.setdefault(t.uid, []).append(i)
+    in_w = [bool(op.outputs) and all(t.uid in wgrad_uids or t.role == "wgrad" for t in op.outputs) for op in bwd]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(bwd))):
+            outs = [t.uid for t in bwd[i].outputs]
+            if not in_w[i] and outs and all(readers.get(u) and all(in_w[j] for j in readers[u]) for u in outs):
+                in_w[i] = changed = True
+    return tuple(in_w)
 
 
 def _fused(phases: tuple[tuple[Op, ...], ...], arch: Arch, keep: set[int]) -> tuple[tuple[Op, ...], ...]:
@@ -114,4 +156,6 @@ def arch_of(model, plan) -> Arch:
     return Arch(norm=model.norm, activation=model.activation, attention=attention,
                 position=model.position, bias=model.bias, dropout=dropout,
                 tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp,
-                fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity)
+                fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity,
+                attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
+                cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0)

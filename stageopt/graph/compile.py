@@ -15,6 +15,7 @@ import numpy as np
 import sympy as sp
 
 from stageopt.graph.block import BlockGraph, build_block
+from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.layout import PARTIAL
 from stageopt.graph.overlap import overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
@@ -69,6 +70,8 @@ def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[Colle
         exprs[f"{phase}_vector_flops"] = _sum([op.vector_flops for op in ops])
         exprs[f"{phase}_bytes"] = _sum([op.kernel_bytes for op in ops])
         exprs[f"{phase}_vector_bytes"] = _sum([op.kernel_bytes for op in ops if op.kind == "vector"])
+    exprs["wgrad_flops"] = _sum([op.flops for op in graph.w_ops()])
+    exprs["wgrad_held_bytes"] = _sum([t.local_bytes() for t in wgrad_inputs(graph)])
     names = list(exprs)
     row = {id(op): r for r, op in enumerate(op for ph in PHASES for op in _phase_ops(graph, ph)
                                             if op.kind in COMPUTE_KINDS)}
@@ -97,6 +100,28 @@ def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[Colle
         exprs[f"local_{group}_tp_partial"] = _sum([w.local_numel() for w, g in zip(graph.weights, graph.weight_grads)
                                                   if w.param_group == group and g.layout.get("tp") == PARTIAL])
     return exprs, colls
+
+
+def wgrad_inputs(graph: BlockGraph) -> list:
+    """Tensors the weight-gradient pass reads that the input-gradient pass leaves behind.
+
+    What a zero-bubble schedule keeps between a micro-batch's I and W passes:
+    the saved inputs of the weight GEMMs and the output gradients they read. A
+    gradient the I pass all-gathered (sequence parallelism) is kept as its
+    shard, as forward activations are; the W pass re-gathers it (that gather's
+    time is not charged: a stated approximation).
+    """
+    w_ops = graph.w_ops()
+    made = {t.uid for op in w_ops for t in op.outputs}
+    gathered = {op.outputs[0].uid: op.inputs[0] for op in graph.bwd
+                if op.collective is not None and op.collective.kind == "all_gather"}
+    found: dict[int, object] = {}
+    for op in w_ops:
+        for t in op.inputs:
+            if t.role != "weight" and t.uid not in made:
+                t = gathered.get(t.uid, t)
+                found[t.uid] = t
+    return list(found.values())
 
 
 @lru_cache(maxsize=64)
@@ -146,7 +171,9 @@ class OpTable:
     phases: np.ndarray
     precision: np.ndarray
     launches: np.ndarray
+    groups: np.ndarray  # fused GEMM of each op: row of its first member, -1 for none (graph.fusion)
     fn: Callable[..., list]
+    wgrad: np.ndarray | None = None  # bool per op: part of the weight-gradient (W) pass
 
     def evaluate(self, values: dict[str, object], size: int = 1) -> dict[str, np.ndarray]:
         """Rows ``flops``, ``bytes``, ``m``, ``n``, ``k``, ``batch`` as arrays of shape (ops, size)."""
@@ -162,6 +189,7 @@ class OpTable:
 def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
     graph = build_block(kind, arch, recompute)
     ops = [op for phase in PHASES for op in _phase_ops(graph, phase) if op.kind in COMPUTE_KINDS]
+    w_ids = {id(op) for op in graph.w_ops()}
     flops = [op.flops if op.kind != "vector" else op.vector_flops for op in ops]
     nbytes = [op.kernel_bytes for op in ops]
     shapes = [gemm_shape(op)[i] for i in range(len(GEMM_FIELDS)) for op in ops]
@@ -169,4 +197,6 @@ def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
     return OpTable(kernels=tuple(kernel_name(op) for op in ops),
                    phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int),
                    precision=np.array([op.attrs.get("precision", 0) for op in ops], dtype=int),
-                   launches=np.array([op.launches for op in ops], dtype=int), fn=fn)
+                   launches=np.array([op.launches for op in ops], dtype=int),
+                   groups=np.array(gemm_groups(ops, arch.fusions), dtype=int), fn=fn,
+                   wgrad=np.array([id(op) in w_ids for op in ops], dtype=bool))

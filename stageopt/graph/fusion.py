@@ -82,3 +82,33 @@ def _eager(op: Op) -> Op:
         return op
     return Op(name=op.name, kind=op.kind, inputs=op.inputs, outputs=op.outputs, flops=op.flops,
               vector_flops=op.vector_flops, phase=op.phase, region=op.region, attrs={**op.attrs, "passes": passes})
+
+
+GEMM_AXES = {"": 1, "dgrad": 2, "wgrad": 0}  # the GEMM dimension fused members concatenate (m 0, n 1, k 2)
+
+
+def group_label(first: int, axis: int) -> int:
+    """A fused GEMM's label: its first member's position (or node id) and the axis its members join on."""
+    return 4 * first + axis
+
+
+def gemm_groups(ops: Sequence[Op], enabled: Iterable[str]) -> list[int]:
+    """For each op, the label of the fused GEMM it belongs to (-1: not part of one).
+
+    Matmuls tagged with an enabled ``gemm_group`` (``qkv``, ``fc1``; their backward
+    data- and weight-gradient GEMMs carry ``qkv/dgrad`` etc.) run as one GEMM per
+    phase, their output columns (forward), contracted columns (data gradient) or
+    output rows (weight gradient) concatenated; the kernel model prices the group
+    as that GEMM and shares its time out by FLOPs. Labels are :func:`group_label`.
+    """
+    enabled = frozenset(enabled)
+    first: dict[tuple[str, str], int] = {}
+    out = []
+    for i, op in enumerate(ops):
+        tag = op.attrs.get("gemm_group") if op.kind == "matmul" else None
+        if tag and tag.split("/")[0] in enabled:
+            part = tag.split("/")[1] if "/" in tag else ""
+            out.append(group_label(first.setdefault((op.phase, tag), i), GEMM_AXES[part]))
+        else:
+            out.append(-1)
+    return out

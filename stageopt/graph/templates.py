@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from stageopt.graph.builder import GraphBuilder
-from stageopt.graph.layout import PARTIAL, Layout, Split
+from stageopt.graph.layout import PARTIAL, REPLICATE, Layout, Split
 from stageopt.graph.symbols import EP, FE, NS, B, D, E, F, G, H, K, R, S, V
 from stageopt.graph.tensor import Op, Tensor
 
@@ -39,6 +39,24 @@ class Arch:
     sp: bool
     fusions: frozenset[str] = frozenset()  # enabled fusion groups (stageopt.graph.fusion), from the stack
     expert_capacity: float = 1.0  # busiest rank's routed tokens over a balanced share (ModelSpec)
+    attention_type: str = "mha"  # mha | mla (graph.latent_attention)
+    q_lora: bool = False  # MLA queries through a low-rank bottleneck
+    cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses)
+    moe_overlap: bool = False  # shared experts computed while the dispatch all-to-all is in flight
+
+
+def ulysses_scatter(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...], heads_dim: int) -> tuple[Tensor, ...]:
+    """Ulysses context parallelism: trade the sequence split for a split of the heads (all-to-alls)."""
+    if arch.cp_comm != "a2a":
+        return tensors
+    return tuple(b.convert(t, t.layout.with_("cp", Split(heads_dim))) for t in tensors)
+
+
+def ulysses_gather(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Back from the head split to the sequence split after attention."""
+    if arch.cp_comm != "a2a":
+        return tensors
+    return tuple(b.convert(t, t.layout.with_("cp", Split(1))) for t in tensors)
 
 
 def residual_layout(arch: Arch) -> Layout:
@@ -85,12 +103,18 @@ def _residual_add(b: GraphBuilder, x: Tensor, y: Tensor, arch: Arch, name: str) 
     return out
 
 
-def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
-    """Pre-norm self-attention with grouped-query heads; returns x + attn(x)."""
+def attention(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = None) -> Tensor:
+    """Pre-norm self-attention with grouped-query heads; returns x + attn(x).
+
+    ``window``: sliding-window attention over that many past tokens; a fused kernel then computes the
+    causal band, ``(2 W S - W^2) / S^2`` of the full matrix (counted, like causal attention, as twice
+    the positions a causal kernel visits).
+    """
     h = _norm(b, x, arch, "ln1")
-    q = b.einsum("q", "bsh,hgrd->bsgrd", (h, weight("wq", (H, G, R, D), Layout.of(tp=Split(1)))))
-    k = b.einsum("k", "bsh,hgd->bsgd", (h, weight("wk", (H, G, D), Layout.of(tp=Split(1)))))
-    v = b.einsum("v", "bsh,hgd->bsgd", (h, weight("wv", (H, G, D), Layout.of(tp=Split(1)))))
+    qkv = {"gemm_group": "qkv"}  # one fused GEMM where the stack fuses the projections
+    q = b.einsum("q", "bsh,hgrd->bsgrd", (h, weight("wq", (H, G, R, D), Layout.of(tp=Split(1)))), extra=qkv)
+    k = b.einsum("k", "bsh,hgd->bsgd", (h, weight("wk", (H, G, D), Layout.of(tp=Split(1)))), extra=qkv)
+    v = b.einsum("v", "bsh,hgd->bsgd", (h, weight("wv", (H, G, D), Layout.of(tp=Split(1)))), extra=qkv)
     if arch.bias:
         q = _bias(b, q, arch, "q", G * R * D, Layout.of(tp=Split(0)))
         k = _bias(b, k, arch, "k", G * D, Layout.of(tp=Split(0)))
@@ -99,16 +123,19 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
         # Eager RoPE: cast to fp32 complex, multiply, cast back (about three passes).
         (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
         (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
+    q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)
     b.region = "attn_core"
     if arch.attention == "flash":
-        o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention", flops_scale=2,
-                     extra={"causal": True})
+        band = 1 if window is None else (2 * sp.Min(window, S) * S - sp.Min(window, S) ** 2) / S**2
+        o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention",
+                     flops_scale=2 * band, extra={"causal": True})
     else:
         scores = b.einsum("scores", "bsgrd,btgd->bsgrt", (q, k), extra={"causal": True})
         (probs,) = b.vector("softmax", (scores,), flops_per_elem=5, bwd_flops_per_elem=4, needs=("out0",))
         probs = _dropout(b, probs, arch, "attn_dropout")
         o = b.einsum("context", "bsgrt,btgd->bsgrd", (probs, v), extra={"causal": True})
     b.region = ""
+    (o,) = ulysses_gather(b, arch, (o,))
     y = b.einsum("proj", "bsgrd,grdh->bsh", (o, weight("wo", (G, R, D, H), Layout.of(tp=Split(0)))))
     y = _bias(b, y, arch, "proj", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
     y = _dropout(b, y, arch, "proj_dropout", fuse="bias_dropout_add")
@@ -119,8 +146,9 @@ def _mlp_core(b: GraphBuilder, h: Tensor, arch: Arch, width: sp.Expr, name: str)
     """Column-parallel up projection(s), activation, row-parallel down projection (partial sum)."""
     col = Layout.of(tp=Split(1))
     if arch.activation == "swiglu":
-        gate = b.einsum(f"{name}.gate", "bsh,hf->bsf", (h, weight(f"{name}.w_gate", (H, width), col)))
-        up = b.einsum(f"{name}.up", "bsh,hf->bsf", (h, weight(f"{name}.w_up", (H, width), col)))
+        fc1 = {"gemm_group": "fc1"}
+        gate = b.einsum(f"{name}.gate", "bsh,hf->bsf", (h, weight(f"{name}.w_gate", (H, width), col)), extra=fc1)
+        up = b.einsum(f"{name}.up", "bsh,hf->bsf", (h, weight(f"{name}.w_up", (H, width), col)), extra=fc1)
         (act,) = b.vector(f"{name}.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8,
                           needs=("in0", "in1"), fuse="bias_activation", eager_passes=5 / 3)  # silu, then mul
     else:
@@ -145,9 +173,17 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     logits = b.einsum("router", "bsh,he->bse", (h, weight("w_router", (H, E))), out_dtype=FP32, precision=0)
     (probs,) = b.vector("router_topk", (logits,), flops_per_elem=6, bwd_flops_per_elem=4, needs=("out0",))
     tokens = _permute(b, h, probs, arch.expert_capacity)
+    shared = None
+    if arch.moe_overlap and arch.shared_experts:  # dispatch first, shared experts compute while it flies
+        tokens = b.convert(tokens, Layout.of(**{**dict(tokens.layout.items), "tp": REPLICATE, "ep": Split(0)}))
+        b.region = "shared_expert"
+        shared = _mlp_core(b, h, arch, NS * FE, "shared")
+        b.region = ""
     expert = Layout.of(ep=Split(0), tp=Split(2))
-    gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")))
-    up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")))
+    fc1 = {"gemm_group": "fc1"}
+    gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
+                    extra=fc1)
+    up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")), extra=fc1)
     (act,) = b.vector("expert.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0", "in1"),
                       fuse="bias_activation")
     down = b.einsum("expert.down", "ecf,efh->ech",
@@ -155,7 +191,7 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     back = b.convert(down, down.layout.with_("ep", Split(1)))
     y = _unpermute(b, back, probs, h)
     if arch.shared_experts:
-        shared = _mlp_core(b, h, arch, NS * FE, "shared")
+        shared = shared if shared is not None else _mlp_core(b, h, arch, NS * FE, "shared")
         (y,) = b.vector("shared_add", (y, shared), bwd="identity", linear=True)
     return _residual_add(b, x, y, arch, "moe_residual")
 

@@ -12,8 +12,8 @@ microbenchmark measures, with a physical range enforced on it:
   cuBLAS GEMM reaches per output tile, at the clocks a GPU holds under load;
 * ``tile_m`` x ``tile_n``: the output tile one streaming multiprocessor computes;
   a GEMM runs in *waves* of ``sm_count`` tiles, and a partly filled tile or wave
-  costs as much as a full one (tile and wave quantization; split-K fills the
-  first wave of a GEMM with fewer tiles than SMs);
+  costs as much as a full one (tile and wave quantization; split-K spreads the
+  last, partial wave over all SMs);
 * ``attention_*.peak_fraction``: the share of peak the best fused attention
   kernel (cuDNN / FlashAttention-3 class) reaches, forward and backward, and
   ``fa2_attention_scale`` what FlashAttention-2 (PyTorch SDPA's flash backend)
@@ -92,12 +92,14 @@ def gemm_padded_flops(m, n, k, batch, tile_m: int, tile_n: int, sm_count: int):
 
     ``m x n`` outputs (per batch entry) are cut into ``tile_m x tile_n`` tiles;
     all ``batch`` entries' tiles are spread over ``sm_count`` SMs in waves; every
-    tile of every wave costs ``2 * tile_m * tile_n * k``. When there are fewer
-    tiles than SMs, ``k`` is split so that the tiles fill a wave (split-K, as
-    cuBLAS does for skinny GEMMs). Arguments broadcast.
+    tile of every wave costs ``2 * tile_m * tile_n * k``. The last, partly filled
+    wave splits ``k`` so that its tiles fill the SMs (split-K / stream-K, as
+    cuBLAS does for skinny GEMMs and wave tails). Arguments broadcast.
     """
     m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
     tiles = np.ceil(m / tile_m) * np.ceil(n / tile_n) * batch
-    splits = np.maximum(np.floor(sm_count / np.maximum(tiles, 1)), 1)
-    waves = np.ceil(tiles * splits / sm_count)
-    return waves * sm_count * 2.0 * tile_m * tile_n * np.ceil(k / splits)
+    full = np.floor(tiles / sm_count)
+    rest = tiles - full * sm_count
+    splits = np.maximum(np.floor(sm_count / np.maximum(rest, 1)), 1)
+    tail = np.where(rest > 0, sm_count * np.ceil(k / splits), 0.0)
+    return 2.0 * tile_m * tile_n * (full * sm_count * k + tail)

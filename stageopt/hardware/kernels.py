@@ -93,3 +93,36 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     vector = launch * launches + memory
     device = np.where(kern.code == 3, vector, np.where(kern.code == 0, matmul, attention))
     return np.maximum(device, host * launches)
+
+
+def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, attention_kernel: str = "best",
+                           cuda_graphs: bool = False) -> np.ndarray:
+    """:func:`kernel_seconds`, with each group of fused GEMMs priced as the one GEMM it is.
+
+    ``groups`` labels each kernel (axis 0) with its fused GEMM (-1: none); a
+    label modulo 4 is the dimension the members join on (0: m, 1: n, 2: k; see
+    :func:`stageopt.graph.fusion.group_label`): the output columns of a fused QKV
+    projection, the contracted columns of its data gradient, the rows of its
+    weight gradient. The group is priced as that one GEMM and its members share
+    its time in proportion to their FLOPs.
+    """
+    times = kernel_seconds(hw, dtype, kern, attention_kernel, cuda_graphs)
+    groups = np.asarray(groups)
+    shape = np.broadcast_shapes(*(np.shape(getattr(kern, f)) for f in ("flops", "m", "n", "k", "batch")))
+    full = {f: np.broadcast_to(np.asarray(getattr(kern, f), dtype=float), shape) for f in
+            ("flops", "nbytes", "m", "n", "k", "batch")}
+    for label in np.unique(groups[groups >= 0]):
+        idx = np.flatnonzero(groups == label)
+        joined = ("m", "n", "k")[label % 4]
+        dims = {f: (full[f][idx].sum(axis=0) if f == joined else full[f][idx[0]])[None]
+                for f in ("m", "n", "k", "batch")}
+        flops = full["flops"][idx]
+        one = Kernels(code=np.zeros(1, dtype=int)[:, None] if flops.ndim > 1 else np.zeros(1, dtype=int),
+                      flops=flops.sum(axis=0)[None], nbytes=full["nbytes"][idx].sum(axis=0)[None],
+                      precision=np.asarray(kern.precision)[idx[:1]], backward=np.asarray(kern.backward)[idx[:1]],
+                      **dims)
+        together = kernel_seconds(hw, dtype, one, attention_kernel, cuda_graphs)[0]
+        share = np.divide(flops, flops.sum(axis=0), out=np.full_like(flops, 1.0 / len(idx)),
+                          where=flops.sum(axis=0) > 0)
+        times[idx] = together * share
+    return times

@@ -35,6 +35,15 @@ MODEL_BOUNDS: dict[str, tuple[int, str]] = {
     "shared_experts": (10**5, "real models share at most a few"),
     "dense_layers": (10**5, "it is below layers"),
     "head_dim": (10**5, "real heads have at most a few hundred"),
+    "q_lora_rank": (10**6, "real low-rank query projections have a few thousand"),
+    "kv_lora_rank": (10**6, "real key/value latents have a few hundred"),
+    "qk_nope_dim": (10**5, "real heads have at most a few hundred"),
+    "qk_rope_dim": (10**5, "real heads have at most a few hundred"),
+    "v_head_dim": (10**5, "real heads have at most a few hundred"),
+    "sliding_window": (10**8, "the longest trained contexts are ~10^7 tokens"),
+    "ssm_state": (10**6, "real Mamba-2 states have at most a few hundred per channel"),
+    "ssm_heads": (10**5, "real Mamba-2 layers have at most a few hundred heads"),
+    "ssm_head_dim": (10**5, "real Mamba-2 heads have at most a few hundred channels"),
 }
 
 # Plan sizes: degrees are bounded by the GPU count; batches by what fits in a step.

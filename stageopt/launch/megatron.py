@@ -20,8 +20,8 @@ How stageopt's plan maps:
   ``--num-layers-per-virtual-pipeline-stage``, an uneven one the explicit
   ``--pipeline-model-parallel-layout`` (embedding ``E`` on the first chunk, loss
   ``L`` on the last).
-* Context parallelism was simulated as an all-gather of K/V (``--cp-comm-type
-  all_gather``, the value Transformer Engine takes); flash attention runs as Transformer Engine's fused (cuDNN) kernel.
+* Context parallelism is written as simulated (``--cp-comm-type`` all_gather,
+  p2p or a2a, the values Transformer Engine takes); flash attention runs as Transformer Engine's fused (cuDNN) kernel.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ Flag = tuple[str, str | None]  # ("--micro-batch-size", "1") or ("--sequence-par
 
 def megatron_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
     """Arguments for ``pretrain_gpt.py`` that run ``plan`` as it was simulated."""
-    if plan.schedule == "gpipe":
-        raise refuse("megatron", "Megatron-Core has no GPipe schedule",
+    if plan.schedule not in ("1f1b", "interleaved"):
+        names = {"gpipe": "GPipe", "zbh1": "ZB-H1", "zbv": "ZB-V", "dualpipe": "DualPipe", "dualpipev": "DualPipeV"}
+        raise refuse("megatron", f"Megatron-Core has no {names[plan.schedule]} schedule",
                      "export a plan with schedule=1f1b or schedule=interleaved")
     if plan.tp_overlap and plan.tp > 1 and not plan.sp:
         raise refuse("megatron", "--tp-comm-overlap needs --sequence-parallel",
@@ -60,7 +61,7 @@ def _degrees(model: ModelSpec, plan: Plan) -> list[Flag]:
     if model.is_moe:
         flags.append(("--expert-tensor-parallel-size", str(plan.tp)))  # experts were simulated TP-sharded
     if plan.cp > 1:
-        flags.append(("--cp-comm-type", "all_gather"))
+        flags.append(("--cp-comm-type", plan.cp_comm))
     if plan.sp:
         flags.append(("--sequence-parallel", None))
     return flags

@@ -29,7 +29,8 @@ from stageopt.launch.common import LaunchSettings, chunk_layers, refuse
 from stageopt.model import ModelSpec
 from stageopt.parallel.plan import Plan
 
-SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble",
+             "dualpipev": "DualPipeV"}
 MODELS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"), "llama3-405b": ("llama3", "405B"),
           "deepseek-v3": ("deepseek_v3", "671B")}  # stageopt preset -> torchtitan model name and flavor
 
@@ -90,6 +91,9 @@ def _parallelism(model: ModelSpec, plan: Plan, notes: list[str]) -> dict[str, An
     if plan.cp > 1:
         out["context_parallel_rotate_method"] = "allgather"
     if plan.pp > 1:
+        if plan.schedule not in SCHEDULES:
+            raise refuse("torchtitan", f"torchtitan has no {plan.schedule} schedule",
+                         f"export a plan with one of {', '.join(SCHEDULES)}")
         out["pipeline_parallel_schedule"] = SCHEDULES[plan.schedule]
         out["pipeline_parallel_microbatch_size"] = plan.mbs
         out["module_fqns_per_model_part"] = module_fqns(chunk_layers(model, plan))

@@ -2,7 +2,7 @@
 
 Accepted: a preset name (``stageopt presets``), a YAML file with ModelSpec
 fields, or a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen2, Qwen3,
-Qwen2-MoE, Qwen3-MoE, GPT-2 style).
+Qwen2-MoE, Qwen3-MoE, GPT-2, DeepSeek-V2/V3 style).
 
 A ``config.json`` describes the model, not its training: its
 ``max_position_embeddings`` is the longest context it supports (131,072 for
@@ -25,6 +25,8 @@ from stageopt.errors import ConfigError
 from stageopt.inputs.gate import clip, load_document, shorten
 from stageopt.inputs.limits import MODEL_BOUNDS
 from stageopt.inputs.shipped import MODEL_PRESETS_PACKAGE, shipped_dir, shipped_names
+from stageopt.model.hf_deepseek import DEEPSEEK_TYPES, deepseek_fields
+from stageopt.model.hf_hybrid import HYBRID_TYPES, hybrid_fields
 from stageopt.model.spec import ModelSpec
 
 PRESET_DIR = shipped_dir(MODEL_PRESETS_PACKAGE, "presets")
@@ -199,6 +201,12 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
         if kind in ("qwen2_moe", "qwen3_moe"):
             fields.update(_qwen_moe(cfg, fields["layers"], origin))
         return fields
+    if kind in DEEPSEEK_TYPES:
+        return _families(deepseek_fields, cfg, origin)
+    if kind in HYBRID_TYPES:
+        if kind == "gemma3" and isinstance(cfg.get("text_config"), dict):  # multimodal config: the language model
+            cfg = {**cfg["text_config"], "model_type": "gemma3_text"}
+        return _families(hybrid_fields, cfg, origin)
     if kind == "gpt2":
         hidden = _hf_int(cfg, "n_embd", origin)
         heads = _hf_int(cfg, "n_head", origin)
@@ -208,7 +216,20 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
                 "position": "learned", "tied_embeddings": True, "bias": True, "dropout": True,
                 **_training_seq(_hf_int(cfg, "n_positions", origin, None), "n_positions", origin)}
     raise ConfigError(f"{origin}: unsupported Hugging Face model_type {kind!r}; "
-                      f"supported: {', '.join(_LLAMA_LIKE)}, gpt2 (or write a stageopt YAML)")
+                      f"supported: {', '.join((*_LLAMA_LIKE, 'gpt2', *DEEPSEEK_TYPES, *HYBRID_TYPES))} "
+                      "(or write a stageopt YAML)")
+
+
+def _families(reader, cfg: dict[str, Any], origin: str) -> dict[str, Any]:
+    """Fields from a family module's reader, given the typed accessors and the training ``seq``."""
+    def num(key: str, default: Any = _REQUIRED) -> int:
+        return _hf_int(cfg, key, origin, default)
+
+    def flag(key: str, default: bool) -> bool:
+        return _hf_bool(cfg, key, origin, default)
+
+    seq = _training_seq(num("max_position_embeddings", None), "max_position_embeddings", origin)
+    return {**reader(cfg, origin, num, flag), **seq}
 
 
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from stageopt.errors import ConfigError
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MODEL_BOUNDS, check_count
+from stageopt.model.layer_types import PATTERN_CHARS, kind_parts, layer_kinds
 
 FAMILIES = ("gpt", "llama", "moe")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu", "swiglu")
 ATTENTIONS = ("flash", "eager")
 POSITIONS = ("learned", "rope")
+ATTENTION_TYPES = ("mha", "mla")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,6 +37,23 @@ class ModelSpec:
     factor of the busiest rank for dropless routing (aux-loss-balanced training
     typically sees 1.1-1.3), or the capacity factor with token dropping (experts
     run padded to it). Expert GEMMs, permutes and all-to-alls scale with it.
+
+    ``attention_type="mla"`` is multi-head latent attention (DeepSeek-V2/V3):
+    queries through a ``q_lora_rank`` bottleneck (0: a direct projection),
+    keys and values from a ``kv_lora_rank`` latent plus one shared
+    ``qk_rope_dim`` rotary key; per head ``qk_nope_dim + qk_rope_dim`` for
+    queries and keys, ``v_head_dim`` for values. Its KV cache per token and
+    layer is ``kv_lora_rank + qk_rope_dim`` values.
+
+    ``layer_pattern`` names each layer's type, repeated to the model's depth
+    (:mod:`stageopt.model.layer_types`: global ``G`` or sliding-window ``L``
+    attention, Mamba-2 ``M``/``m``, attention-only ``a``, MLP-only ``f``);
+    empty means every layer is ``G``. ``sliding_window`` is the tokens an
+    ``L`` layer attends to. Mamba-2 layers (Dao and Gu 2024) have
+    ``ssm_heads`` heads of ``ssm_head_dim`` channels, a state of
+    ``ssm_state`` per head channel, ``ssm_groups`` groups of B/C projections,
+    a causal convolution of width ``ssm_conv`` and chunk length ``ssm_chunk``
+    for the state-space-duality algorithm.
     """
 
     name: str = "custom"
@@ -60,6 +79,20 @@ class ModelSpec:
     dropout: bool = False
     attention: str = "flash"
     expert_capacity: float = 1.0
+    attention_type: str = "mha"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_dim: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
+    layer_pattern: str = ""
+    sliding_window: int = 0
+    ssm_state: int = 0
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_groups: int = 1
+    ssm_conv: int = 4
+    ssm_chunk: int = 256
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -76,7 +109,11 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        return self.layers - self.dense_layers if self.is_moe else 0
+        return sum(kind_parts(k)[1] == "moe" for k in layer_kinds(self)) if self.is_moe else 0
+
+    @property
+    def has_ssm(self) -> bool:
+        return any(c in self.layer_pattern for c in "Mm")
 
     def replace(self, **changes: object) -> "ModelSpec":
         return dataclasses.replace(self, **changes)
@@ -114,12 +151,23 @@ def _require_choice(spec: ModelSpec, name: str, choices: tuple[str, ...]) -> Non
 def _validate(spec: ModelSpec) -> None:
     _require_types(spec)
     _require_count(spec, ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"), 1)
-    _require_count(spec, ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim"), 0)
+    _require_count(spec, ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim",
+                          "q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "sliding_window",
+                          "ssm_state", "ssm_heads", "ssm_head_dim"), 0)
     _require_choice(spec, "family", FAMILIES)
     _require_choice(spec, "norm", NORMS)
     _require_choice(spec, "activation", ACTIVATIONS)
     _require_choice(spec, "attention", ATTENTIONS)
     _require_choice(spec, "position", POSITIONS)
+    _require_choice(spec, "attention_type", ATTENTION_TYPES)
+    _validate_layer_pattern(spec)
+    if spec.attention_type == "mla":
+        missing = [n for n in ("kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim") if not getattr(spec, n)]
+        if missing:
+            raise ConfigError(f"model: attention_type=mla needs {', '.join(missing)} > 0 "
+                              "(DeepSeek-V3: kv_lora_rank 512, qk_nope_dim 128, qk_rope_dim 64, v_head_dim 128)")
+        if spec.kv_heads != spec.heads:
+            raise ConfigError(f"model: attention_type=mla has one key/value per head; set kv_heads={spec.heads}")
     if spec.head_dim == 0 and spec.hidden % spec.heads:
         raise ConfigError(f"model: hidden={spec.hidden} is not divisible by heads={spec.heads}; "
                           "set head_dim explicitly or fix heads")
@@ -139,3 +187,23 @@ def _validate(spec: ModelSpec) -> None:
                               f"{spec.experts / spec.top_k:g}]; 1.0 is perfectly balanced routing")
         if spec.dense_layers >= spec.layers:
             raise ConfigError(f"model: dense_layers={spec.dense_layers} must be below layers={spec.layers}")
+
+
+def _validate_layer_pattern(spec: ModelSpec) -> None:
+    pattern = spec.layer_pattern
+    if not isinstance(pattern, str) or len(pattern) > 10**5 or any(c not in PATTERN_CHARS for c in pattern):
+        raise ConfigError(f"model field 'layer_pattern' must use the characters {PATTERN_CHARS} (G global attention, "
+                          f"L sliding-window, M Mamba-2 + MLP, m Mamba-2, a attention, f MLP), got {shorten(pattern)}")
+    if "L" in pattern and spec.sliding_window < 1:
+        raise ConfigError("model: layer_pattern has sliding-window layers (L) but sliding_window is 0; "
+                          "set sliding_window to the window in tokens")
+    if spec.has_ssm:
+        for name in ("ssm_state", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_conv", "ssm_chunk"):
+            value = getattr(spec, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10**6:
+                raise ConfigError(f"model: Mamba-2 layers need {name} in 1..1000000, got {shorten(value)}")
+        if spec.ssm_heads % spec.ssm_groups:
+            raise ConfigError(f"model: ssm_groups={spec.ssm_groups} must divide ssm_heads={spec.ssm_heads}")
+        if spec.seq % spec.ssm_chunk:
+            raise ConfigError(f"model: seq={spec.seq} must be a multiple of ssm_chunk={spec.ssm_chunk} "
+                              "(the state-space-duality chunk length); change one of them")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from stageopt.errors import InfeasiblePlan
 from stageopt.model.spec import ModelSpec
+from stageopt.parallel.pipeline_split import ModelStage, split_layers
+from stageopt.parallel.placement import V_SHAPED, model_stage_count
 from stageopt.parallel.plan import Plan
 
 
@@ -21,6 +23,17 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     _divides(plan.tp, "tp", model.kv_heads, "kv_heads")
     _divides(plan.tp, "tp", model.ffn, "ffn")
     _divides(plan.tp, "tp", model.vocab, "vocab")
+    if plan.cp_comm == "a2a" and plan.cp > 1:  # Ulysses splits the heads over cp (and tp)
+        for field, value in (("heads", model.heads), ("kv_heads", model.kv_heads)):
+            if value % (plan.tp * plan.cp):
+                raise InfeasiblePlan(f"plan: cp_comm=a2a splits attention heads over tp*cp = {plan.tp * plan.cp}, "
+                                     f"which does not divide {field}={value}; lower cp or use cp_comm=all_gather/p2p")
+    if model.has_ssm:
+        _divides(plan.tp, "tp", model.ssm_heads, "ssm_heads")
+        _divides(plan.tp, "tp", model.ssm_groups, "ssm_groups")
+        if plan.cp > 1:
+            raise InfeasiblePlan(f"plan: cp={plan.cp} on {model.name}: context parallelism across Mamba-2 layers "
+                                 "(a sequential state) is not modelled; set cp=1")
     if model.is_moe:
         _divides(plan.tp, "tp", model.expert_ffn, "expert_ffn")
         _divides(plan.ep, "ep", model.experts, "experts")
@@ -36,13 +49,7 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
             why = "tp (sequence parallelism)"
         raise InfeasiblePlan(f"plan: seq={model.seq} is not divisible by {why} = {seq_split}; "
                              "change cp/tp or the sequence length")
-    chunks = plan.pp * plan.vpp
-    if chunks > model.layers:
-        raise InfeasiblePlan(f"plan: pp*vpp = {chunks} exceeds layers={model.layers}; "
-                             "every pipeline chunk needs at least one layer")
-    if plan.vpp > 1 and model.layers % chunks:
-        raise InfeasiblePlan(f"plan: pp*vpp = {plan.pp}*{plan.vpp} does not divide layers={model.layers}; "
-                             "interleaving needs equal chunks, pick vpp so that it divides")
+    model_stages(plan, model.layers)  # raises for a split Megatron-Core would reject
     if plan.gbs % (plan.mbs * plan.dp):
         raise InfeasiblePlan(
             f"plan: gbs={plan.gbs} is not divisible by mbs*dp = {plan.mbs}*{plan.dp} = {plan.mbs * plan.dp}; "
@@ -52,9 +59,38 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
                              f"divisible by pp={plan.pp}; raise gbs or change mbs")
     if plan.schedule == "interleaved" and plan.pp == 1:
         raise InfeasiblePlan("plan: schedule=interleaved needs pp > 1; use schedule=1f1b")
+    _check_schedule(plan)
     if plan.zero > 0 and plan.dp * plan.cp == 1:
         raise InfeasiblePlan(f"plan: zero={plan.zero} shards over data and context parallelism, but "
                              f"dp={plan.dp} cp={plan.cp}; set zero=0 or raise dp")
+
+
+def _check_schedule(plan: Plan) -> None:
+    """Rules of the zero-bubble and DualPipe schedules (their reference implementations assert the same)."""
+    p, m = plan.pp, plan.microbatches
+    if plan.schedule in ("zbv", "dualpipe", "dualpipev") and p == 1:
+        raise InfeasiblePlan(f"plan: schedule={plan.schedule} needs pp > 1; use schedule=1f1b")
+    if plan.schedule == "dualpipe":
+        if p % 2:
+            raise InfeasiblePlan(f"plan: schedule=dualpipe needs an even pp (two directions meet in the middle), "
+                                 f"got pp={p}; use an even pp or schedule=dualpipev")
+        if m % 2 or m < 2 * p:
+            raise InfeasiblePlan(f"plan: schedule=dualpipe needs an even number of micro-batches >= 2*pp = {2 * p}, "
+                                 f"got {m}; raise gbs or lower mbs")
+    if plan.schedule == "dualpipev" and m < 2 * p:
+        raise InfeasiblePlan(f"plan: schedule=dualpipev needs micro-batches >= 2*pp = {2 * p}, got {m}; "
+                             "raise gbs or lower mbs")
+
+
+def model_stages(plan: Plan, layers: int) -> list[ModelStage]:
+    """Layers (and embedding, loss) of each model stage of one model copy under the plan."""
+    n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
+    vpp = n_model // plan.pp
+    if plan.schedule in V_SHAPED and (plan.first_layers or plan.last_layers):
+        raise InfeasiblePlan(f"plan: first_layers/last_layers name pipeline ranks of a looped schedule; "
+                             f"schedule={plan.schedule} puts both ends on rank 0, so give a layout or "
+                             "embed_split/loss_split instead")
+    return split_layers(layers, plan.pp, vpp, **plan.pipeline_split)
 
 
 def _divides(degree: int, name: str, value: int, field: str) -> None:

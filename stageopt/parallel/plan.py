@@ -18,7 +18,9 @@ from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
+V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
+CP_COMMS = ("all_gather", "p2p", "a2a")  # Megatron-Core's --cp-comm-type (a2a+p2p is not modelled)
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 
@@ -34,7 +36,23 @@ class Plan:
     them (Megatron-Core's userbuffer overlap). ``dp`` counts data-parallel
     replicas; ``ep`` experts are split across a factor of ``dp`` (expert data
     parallelism is ``dp / ep``). ``vpp`` is the number of virtual pipeline
-    chunks per stage (interleaved 1F1B).
+    chunks per stage (interleaved 1F1B; V-shaped schedules have 2).
+
+    Uneven pipelines as Megatron-Core builds them: ``first_layers`` /
+    ``last_layers`` (``--decoder-first/last-pipeline-num-layers``; 0 = unset),
+    ``embed_split`` / ``loss_split`` (``--account-for-embedding/loss-in-
+    pipeline-split``) or a ``layout`` string
+    (``--pipeline-model-parallel-layout``); see
+    :mod:`stageopt.parallel.pipeline_split`.
+
+    Context parallelism (Megatron-Core's ``--cp-comm-type``): ``cp_comm``
+    ``all_gather`` gathers K and V before attention; ``p2p`` passes K/V blocks
+    around a ring, each step overlapped with the attention of the previous
+    block; ``a2a`` (Ulysses) trades the sequence split for a head split with
+    all-to-alls before and after attention. Causal attention is load-balanced
+    over CP ranks as Megatron-Core and Transformer Engine do it: the sequence
+    is cut into 2*cp chunks, rank i holding chunks i and 2cp-1-i, so every rank
+    does the same share (hence seq must divide by 2*cp).
     """
 
     dp: int = 1
@@ -53,6 +71,13 @@ class Plan:
     grad_dtype: str = "bf16"
     dp_overlap: bool | None = None
     tp_overlap: bool | None = None
+    first_layers: int = 0
+    last_layers: int = 0
+    embed_split: bool = False
+    loss_split: bool = False
+    layout: str = ""
+    cp_comm: str = "all_gather"
+    moe_overlap: bool | None = None
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -77,11 +102,42 @@ class Plan:
             if getattr(self, name) not in DTYPES:
                 raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
                                      f"got {shorten(getattr(self, name))}")
-        if self.vpp > 1 and self.schedule != "interleaved":
-            raise InfeasiblePlan(f"plan: vpp={self.vpp} needs schedule=interleaved "
-                                 f"(got schedule={self.schedule}); set schedule=interleaved or vpp=1")
+        self._check_pipeline_fields()
+        self._check_context_fields()
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
+
+    def _check_context_fields(self) -> None:
+        if self.cp_comm not in CP_COMMS:
+            raise InfeasiblePlan(f"plan field 'cp_comm' must be one of {', '.join(CP_COMMS)}, "
+                                 f"got {shorten(self.cp_comm)}")
+        if self.cp == 1:  # nothing to communicate
+            object.__setattr__(self, "cp_comm", "all_gather")
+
+    def _check_pipeline_fields(self) -> None:
+        for name in ("first_layers", "last_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**6:
+                raise InfeasiblePlan(f"plan field '{name}' must be an integer in 0..1000000 (0 = unset), "
+                                     f"got {shorten(value)}")
+        if not isinstance(self.layout, str) or len(self.layout) > 10_000:
+            raise InfeasiblePlan(f"plan field 'layout' must be a string of at most 10,000 characters, "
+                                 f"got {shorten(self.layout)}")
+        if self.schedule in V_SCHEDULES:
+            if self.vpp not in (1, 2):
+                raise InfeasiblePlan(f"plan: schedule={self.schedule} runs exactly 2 chunks per rank (a V), "
+                                     f"got vpp={self.vpp}; set vpp=2 or leave it out")
+            object.__setattr__(self, "vpp", 2)
+        elif self.vpp > 1 and self.schedule != "interleaved":
+            raise InfeasiblePlan(f"plan: vpp={self.vpp} needs schedule=interleaved "
+                                 f"(got schedule={self.schedule}); set schedule=interleaved or vpp=1")
+        uneven = self.first_layers or self.last_layers
+        if uneven and (self.embed_split or self.loss_split):
+            raise InfeasiblePlan("plan: first_layers/last_layers cannot be mixed with embed_split/loss_split "
+                                 "(Megatron-Core rejects it too); use one or give a layout")
+        if self.layout and (uneven or self.embed_split or self.loss_split):
+            raise InfeasiblePlan("plan: layout sets every stage already; drop first_layers, last_layers, "
+                                 "embed_split and loss_split")
 
     def _fill_from_framework(self) -> None:
         """Knobs the plan leaves as None take the stack's default."""
@@ -89,7 +145,8 @@ class Plan:
             raise InfeasiblePlan(f"plan field 'framework' must be a FrameworkProfile, got {self.framework!r}")
         stack = self.framework
         defaults = {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
-                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp)}
+                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
+                    "moe_overlap": stack.moe_shared_expert_overlap}
         for name, value in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -109,6 +166,18 @@ class Plan:
         return self.framework.pipeline_scatter_gather and not self.sp and self.tp > 1
 
     @property
+    def step_zero(self) -> int:
+        """The ZeRO stage whose communication and memory the step follows.
+
+        ZeRO-3 under pipeline parallelism on a stack that keeps FSDP parameters
+        gathered across micro-batches (torchtitan) gathers and reduces once per
+        step and holds whole parameters and gradients meanwhile: ZeRO-1's costs.
+        """
+        if self.zero == 3 and self.pp > 1 and self.framework.fsdp_unsharded_across_microbatches:
+            return 1
+        return self.zero
+
+    @property
     def edp(self) -> int:
         """Data-parallel degree of expert weights (dp / ep)."""
         return self.dp // self.ep
@@ -124,14 +193,27 @@ class Plan:
     def replace(self, **changes: object) -> "Plan":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def pipeline_split(self) -> dict[str, object]:
+        """The uneven-pipeline fields, as keyword arguments of ``split_layers``."""
+        return {"first": self.first_layers, "last": self.last_layers, "embed_split": self.embed_split,
+                "loss_split": self.loss_split, "layout": self.layout}
+
     def __str__(self) -> str:
         def on(flag: bool | None) -> str:
             return "on" if flag else "off"
 
-        return (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} ep={self.ep} vpp={self.vpp} "
+        text = (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} ep={self.ep} vpp={self.vpp} "
                 f"mbs={self.mbs} gbs={self.gbs} zero={self.zero} recompute={self.recompute} "
                 f"sp={on(self.sp)} schedule={self.schedule} dtype={self.dtype} tp_overlap={on(self.tp_overlap)} "
-                f"dp_overlap={on(self.dp_overlap)} framework={self.framework.name}")
+                f"dp_overlap={on(self.dp_overlap)}")
+        extra = [f"first_layers={self.first_layers}" if self.first_layers else "",
+                 f"last_layers={self.last_layers}" if self.last_layers else "",
+                 "embed_split=on" if self.embed_split else "", "loss_split=on" if self.loss_split else "",
+                 f"layout={self.layout}" if self.layout else "",
+                 f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
+                 "moe_overlap=on" if self.moe_overlap else ""]
+        return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod
     def parse(cls, text: str, gpus: int | None = None, framework: FrameworkProfile | None = None) -> "Plan":
@@ -173,17 +255,25 @@ def _within_bound(name: str, value: int) -> None:
         raise InfeasiblePlan(str(err)) from None
 
 
-_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero")
-_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap")
-_ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp"}
+_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers")
+_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
+_ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
+            # Megatron-Core's argument names (dashes or underscores)
+            "decoder_first_pipeline_num_layers": "first_layers", "num_layers_in_first_pipeline_stage": "first_layers",
+            "decoder_last_pipeline_num_layers": "last_layers", "num_layers_in_last_pipeline_stage": "last_layers",
+            "account_for_embedding_in_pipeline_split": "embed_split",
+            "account_for_loss_in_pipeline_split": "loss_split",
+            "pipeline_model_parallel_layout": "layout", "cp_comm_type": "cp_comm",
+            "moe_shared_expert_overlap": "moe_overlap",
+            "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp"}
 
 
 def parse_plan_fields(text: str) -> dict[str, object]:
     fields: dict[str, object] = {}
     known = [f.name for f in dataclasses.fields(Plan)]
-    for item in text.replace(",", " ").split():
+    for item in _plan_items(text):
         key, sep, raw = item.partition("=")
-        key = _ALIASES.get(key, key)
+        key = _canonical(key)
         if not sep or not raw:
             raise InfeasiblePlan(f"plan item '{clip(item)}' is not key=value; write e.g. \"tp=8 pp=4\"")
         if key not in known:
@@ -202,5 +292,24 @@ def parse_plan_fields(text: str) -> dict[str, object]:
                 raise InfeasiblePlan(f"plan: {key}={clip(raw)} must be on or off")
             fields[key] = raw.lower() in ("on", "true", "1")
         else:
-            fields[key] = raw
+            fields[key] = raw.strip("'\"") if key == "layout" else raw
     return fields
+
+
+def _canonical(key: str) -> str:
+    """A plan key with Megatron-style spellings (``--decoder-first-pipeline-num-layers``) mapped to ours."""
+    plain = key.replace("-", "_").lstrip("_")
+    return _ALIASES.get(plain, plain)
+
+
+def _plan_items(text: str) -> list[str]:
+    """Split a plan string on spaces and commas, except inside a ``layout=...`` value (commas are cosmetic there)."""
+    items: list[str] = []
+    for raw in text.split():
+        if _canonical(raw.partition("=")[0]) == "layout":
+            items.append(raw)
+        elif items and "=" not in raw and _canonical(items[-1].partition("=")[0]) == "layout":
+            items[-1] += raw
+        else:
+            items += [part for part in raw.split(",") if part]
+    return items

@@ -1,31 +1,60 @@
 """Pipeline schedules: the order of work on each stage.
 
-Each schedule lists, per pipeline stage, steps ``(micro-batch, chunk, F|B)``.
+Each schedule lists, per pipeline stage, steps ``(micro-batch, chunk, kind)``.
 That order is what the trace generator encodes as control dependencies and
 what the memory model walks to find how many micro-batches are in flight.
-Interleaved 1F1B follows Megatron-LM's order (Narayanan et al. 2021, sec. 2.2).
+Kinds: ``F`` forward, ``B`` full backward, and for zero-bubble schedules the
+backward split in two: ``I`` (input gradient, on the critical path) and ``W``
+(weight gradient, deferrable; Qi et al. 2023). A step with ``paired`` set runs
+overlapped with the step after it (DualPipe's forward-and-backward chunk pair,
+which hides one chunk's communication behind the other's compute).
+
+* GPipe; 1F1B; interleaved 1F1B in Megatron-LM's order (Narayanan et al. 2021, sec. 2.2).
+* ``zbh1``: ZB-H1 (Qi et al. 2023, sec. 2.1): 1F1B's forwards and input
+  gradients, stage ``s`` keeping up to ``s`` weight-gradient passes pending so
+  that every stage holds at most 1F1B's activation memory.
+* ``zbv``: ZB-V (Qi et al. 2024), two chunks per rank in a V, zero bubble when
+  F, I and W take equal time, 1F1B's peak activation memory.
+* ``dualpipe`` / ``dualpipev``: DeepSeek-V3's bidirectional DualPipe (two model
+  copies, micro-batches fed from both ends) and its one-copy V variant, in the
+  eight phases of the DualPipe reference implementation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from functools import lru_cache
+
+from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
 from stageopt.parallel.plan import Plan
+from stageopt.parallel.schedule_dualpipe import dualpipe_order
+from stageopt.parallel.schedule_zb import zbh1_order, zbv_order
+from stageopt.parallel.steps import Step
 
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    microbatch: int
-    chunk: int  # local model chunk on this stage (0 .. vpp-1)
-    kind: str  # "F" or "B"
+__all__ = ["Step", "stage_order", "schedule_orders", "peak_in_flight", "max_in_flight", "virtual_stage", "microbatch_copy"]
 
 
 def stage_order(plan: Plan, stage: int) -> list[Step]:
     """The ordered steps pipeline stage ``stage`` runs in one iteration."""
-    p, m, v = plan.pp, plan.microbatches, plan.vpp
-    if plan.schedule == "gpipe":
+    return list(schedule_orders(plan.schedule, plan.pp, plan.vpp, plan.microbatches)[stage])
+
+
+@lru_cache(maxsize=256)
+def schedule_orders(schedule: str, p: int, v: int, m: int) -> tuple[tuple[Step, ...], ...]:
+    """Every stage's order for a schedule shape (cached: the analytical model asks for the same shapes often)."""
+    return tuple(tuple(_order(schedule, p, v, m, stage)) for stage in range(p))
+
+
+def _order(schedule: str, p: int, v: int, m: int, stage: int) -> list[Step]:
+    if schedule == "gpipe":
         return [Step(i, 0, "F") for i in range(m)] + [Step(i, 0, "B") for i in range(m)]
-    if plan.schedule == "1f1b" or v == 1:
+    if schedule == "zbh1":
+        return zbh1_order(p, m, stage)
+    if schedule == "zbv":
+        return zbv_order(p, m, stage)
+    if schedule in ("dualpipe", "dualpipev"):
+        return dualpipe_order(p, m, stage, bidirectional=schedule == "dualpipe")
+    if schedule == "1f1b" or v == 1:
         warmup = min(p - stage - 1, m)
         steps = [Step(i, 0, "F") for i in range(warmup)]
         for i in range(m - warmup):
@@ -52,20 +81,38 @@ def _interleaved(p: int, m: int, v: int, stage: int) -> list[Step]:
     return steps
 
 
-def peak_in_flight(order: list[Step], weight: dict[int, float]) -> float:
-    """Largest sum of ``weight[chunk]`` over forward steps whose backward has not run yet."""
-    held = peak = 0.0
+def activation_deltas(kind: str, full: float, held: float) -> float:
+    """Change of held activation bytes when a step of ``kind`` runs on a chunk.
+
+    ``full``: bytes a forward saves for backward; ``held``: bytes the deferred
+    weight-gradient pass still needs after the input-gradient pass (its saved
+    inputs plus the output gradients it reads).
+    """
+    return {"F": full, "B": -full, "I": held - full, "W": -held}[kind]
+
+
+def peak_in_flight(order: list[Step], weight: dict[int, float], held: dict[int, float] | None = None) -> float:
+    """Largest activation bytes held over the order (``weight[chunk]`` per forward, see activation_deltas)."""
+    held = held or {}
+    now = peak = 0.0
     for step in order:
-        held += weight[step.chunk] if step.kind == "F" else -weight[step.chunk]
-        peak = max(peak, held)
+        now += activation_deltas(step.kind, weight[step.chunk], held.get(step.chunk, 0.0))
+        peak = max(peak, now)
     return peak
 
 
 def max_in_flight(order: list[Step], chunk: int) -> int:
-    """Most micro-batches of one chunk held at once."""
+    """Most micro-batches of one chunk between forward and (input-gradient) backward at once."""
     return int(peak_in_flight(order, {c: float(c == chunk) for c in {s.chunk for s in order}}))
 
 
 def virtual_stage(plan: Plan, stage: int, chunk: int) -> int:
-    """Position of a stage's local chunk in the model (Megatron's chunk assignment)."""
-    return chunk * plan.pp + stage
+    """Position of a stage's local chunk in its model copy."""
+    return rank_chunks(plan.schedule, plan.pp, plan.vpp, stage)[chunk].model_stage
+
+
+def microbatch_copy(plan: Plan, microbatch: int) -> int:
+    """The model copy a micro-batch runs through (DualPipe feeds half of them from each end)."""
+    if plan.schedule in BIDIRECTIONAL:
+        return int(microbatch >= plan.microbatches // 2)
+    return 0

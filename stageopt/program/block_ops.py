@@ -26,6 +26,7 @@ import sympy as sp
 
 from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.compile import gemm_shape, kernel_name
+from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.overlap import overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
@@ -56,6 +57,8 @@ class OpShape:
     precision: int = 0  # comp: the kernel model's precision class (stageopt.hardware.kernels)
     launches: int = 1  # comp: kernels the op stands for
     hides: tuple[int, ...] = ()  # coll: positions (in the same phase tuple) of the GEMMs it overlaps
+    group: int = -1  # comp: its fused GEMM's label (graph.fusion.gemm_groups: first position and join axis)
+    wgrad: bool = False  # backward op of the weight-gradient (W) pass
 
 
 @dataclass(frozen=True)
@@ -79,17 +82,17 @@ class BlockOps:
         return np.array([int(round(e.xreplace(subs))) for e in self.exprs], dtype=np.int64)
 
 
-def _shape(op: Op, phase: str, index: int) -> OpShape:
+def _shape(op: Op, phase: str, index: int, wgrad: bool) -> OpShape:
     inputs = tuple(t.uid for t in op.inputs if t.role != "weight")
     groups = tuple(sorted({t.param_group for t in op.inputs if t.role == "weight"}))
     outputs = tuple(t.uid for t in op.outputs)
     if op.kind in COMPUTE_KINDS:
         return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel_name(op),
-                       op.attrs.get("precision", 0), op.launches)
+                       op.attrs.get("precision", 0), op.launches, wgrad=wgrad)
     if op.kind == "comm" and op.collective is not None:
         c = op.collective
-        return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index)
-    return OpShape(op.name, phase, "alias", "", "", inputs, groups, outputs, -1)
+        return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index, wgrad=wgrad)
+    return OpShape(op.name, phase, "alias", "", "", inputs, groups, outputs, -1, wgrad=wgrad)
 
 
 def _values(op: Op) -> tuple[sp.Expr, ...]:
@@ -115,15 +118,20 @@ def block_ops(kind: str, arch: Arch, recompute: str) -> BlockOps:
     graph = build_block(kind, arch, recompute)
     exprs: list[sp.Expr] = []
 
+    w_ids = {id(op) for op in graph.w_ops()}
+
     def phase_ops(ops: tuple[Op, ...]) -> tuple[OpShape, ...]:
         out = []
         partners = overlap_partners(ops)
+        groups = gemm_groups(ops, arch.fusions)
         for i, op in enumerate(ops):
-            shape = _shape(op, op.phase, len(exprs))
+            shape = _shape(op, op.phase, len(exprs), id(op) in w_ids)
             if shape.kind != "alias":
                 exprs.extend(_values(op))
             if i in partners:
                 shape = dataclasses.replace(shape, hides=partners[i])
+            if groups[i] >= 0:
+                shape = dataclasses.replace(shape, group=groups[i])
             out.append(shape)
         return tuple(out)
 

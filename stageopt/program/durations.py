@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, Kernels, kernel_seconds
+from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seconds
 from stageopt.hardware.network import collective_time, exposed_under_gemm, pipeline_message_time
 from stageopt.parallel.ranks import group_stride
 
@@ -30,14 +30,14 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
     if comp:
         idx = np.array([n.id for n in comp])
         shape = np.array([n.gemm for n in comp], dtype=float).T
-        out[idx] = kernel_seconds(hw, plan.dtype, Kernels(
+        out[idx] = grouped_kernel_seconds(hw, plan.dtype, Kernels(
             code=np.array([KERNEL_CODES[n.kernel] for n in comp]),
             flops=np.array([n.num_ops for n in comp], dtype=float),
             nbytes=np.array([n.tensor_size for n in comp], dtype=float),
             m=shape[0], n=shape[1], k=shape[2], batch=shape[3],
             precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
             count=np.array([n.launches for n in comp])),
-            plan.framework.attention_kernel)
+            np.array([n.gemm_group for n in comp]), plan.framework.attention_kernel)
     by_kind: dict[tuple[str, str, int], list] = {}
     for n in nodes:
         if n.type == COLL:
@@ -47,10 +47,11 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
         sizes = np.array([n.comm_size for n in members], dtype=float) * (size if collective == "all_gather" else 1)
         buckets = np.array([collective_buckets(n, s, plan) for n, s in zip(members, sizes)])
         out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group))
-    if plan.tp_overlap:
-        for n in nodes:
-            if n.type == COLL and n.overlap:
-                out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), plan.tp)
+    for n in nodes:  # TP userbuffer overlap; ring (p2p) context parallelism under its attention blocks
+        if n.type == COLL and n.overlap and ((n.group == "tp" and plan.tp_overlap)
+                                             or (n.group == "cp" and plan.cp_comm == "p2p")):
+            chunks = plan.tp if n.group == "tp" else plan.cp
+            out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), chunks)
     sends = [n for n in nodes if n.type == SEND]
     if sends:
         idx = np.array([n.id for n in sends])

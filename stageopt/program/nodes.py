@@ -53,6 +53,7 @@ class ProgramNode:
     precision: int = 0  # comp: precision class of stageopt.hardware.kernels
     launches: int = 1  # comp: kernels the node stands for
     overlap: tuple[int, ...] = ()  # coll: ids of the GEMM nodes it pipelines with (TP overlap)
+    gemm_group: int = -1  # comp: label of its fused GEMM (graph.fusion.group_label of a node id; -1: none)
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,24 @@ the dependencies, so every simulator runs the same order:
 * **Compute is one stream.** Every compute node has a control dependency on the
   previous one, in schedule order: F steps run the chunk's blocks' forward
   ops; B steps run, block by block in reverse, the recompute ops and then the
-  backward ops. Collectives hang off the compute they depend on by data
+  backward ops. Zero-bubble schedules split B into an I step (recompute and
+  the input-gradient ops) and a W step (the weight-gradient ops,
+  :func:`stageopt.graph.block.weight_gradient_ops`), whose inputs are data
+  dependencies on the I step. A paired step (DualPipe's overlapped forward and
+  backward chunks) forks the stream: both chunks start after the previous
+  step and the next step waits for both, so a simulator runs one chunk's
+  kernels while the other waits for its all-to-all. Collectives hang off the compute they depend on by data
   dependencies (from the graph's tensor producers), so a collective whose
   result is not needed yet (e.g. a TP reduce of an input gradient while weight
   gradients are computed) overlaps later compute.
 * **Pipeline messages.** A chunk's F step starts with a receive of the
-  previous virtual stage's activations (except virtual stage 0) and ends with a
-  send to the next; B steps mirror it with gradients. A receive is posted when
-  the compute before it is done. Tags are deterministic and rank-independent:
-  ``2 * (microbatch * (chunks - 1) + boundary) + direction``.
+  previous model stage's activations (except model stage 0) and ends with a
+  send to the next; B and I steps mirror it with gradients. Peers follow the
+  placement (:mod:`stageopt.parallel.placement`): the next or previous rank,
+  or none where a V-shaped schedule turns on the same rank (the handoff is a
+  data dependency). A receive is posted when the compute before it is done.
+  Tags are deterministic and rank-independent:
+  ``2 * (microbatch * (model stages - 1) + boundary) + direction``.
 * **Data-parallel gradient sync once per iteration** (ZeRO 0-2), in buckets
   issued after the last backward that produces their gradients and overlapping
   the backward that remains. ``bucket``: ``layer`` (one bucket per block, like
@@ -41,25 +50,24 @@ The byte totals per (group, collective) and the FLOPs equal
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from stageopt.errors import ConfigError
 from stageopt.graph.block import arch_of
+from stageopt.graph.fusion import group_label
 from stageopt.graph.symbols import symbol_values
+from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
 from stageopt.parallel.ranks import group_size
 from stageopt.parallel.schedule import Step, stage_order
 from stageopt.program.block_ops import BlockOps, OpShape, block_ops
+from stageopt.program.grad_sync import DP_GROUPS, Bucket, GradSync
 from stageopt.program.nodes import COLL, COMP, NEXT, PREV, RECV, SEND, ProgramNode, StageProgram
-from stageopt.program.params import BlockParams, block_params, ceil_div
+from stageopt.program.params import block_params
 from stageopt.workload import Chunk, Workload
-from stageopt.workload.memory import shard_degrees, stage_params
-from stageopt.workload.stats import OPTIMIZER_FLOPS_PER_PARAM
 
 BUCKETS = ("layer", "chunk", "stage")
 MAX_TAG = 500_000_000  # ASTRA-sim numbers its collective streams from here; message tags stay below
-OPTIMIZER_STATE_BYTES = 24  # fp32 master weight, Adam m and v: each read and written (3 x 4 x 2)
-DP_GROUPS = ("dp_cp", "edp_cp")
-BLOCK_ORDER = ("embedding", "dense", "moe", "head")
+_PEER = {"next": NEXT, "prev": PREV}
 
 
 @dataclass(frozen=True)
@@ -79,21 +87,15 @@ class _Emitted:
 
     exits: tuple[int, ...]
     done: tuple[int, ...]  # last compute node plus collectives nothing in the block waits for
-
-
-@dataclass
-class _Bucket:
-    params: BlockParams
-    name: str
-    deps: list[int] = field(default_factory=list)
+    produced: dict[int, tuple[int, ...]]  # tensor uid -> the nodes standing for it (read by a later W step)
 
 
 class _Builder:
-    """Appends nodes with contiguous ids and keeps the compute stream in order."""
+    """Appends nodes with contiguous ids and keeps the compute stream in order (``stream``: its tail)."""
 
     def __init__(self) -> None:
         self.nodes: list[ProgramNode] = []
-        self.last_comp: int | None = None
+        self.stream: tuple[int, ...] = ()
 
     def add(self, name: str, type_: str, phase: str, data: list[int] | tuple[int, ...] = (),
             ctrl: tuple[int, ...] = (), **fields: object) -> int:
@@ -108,17 +110,16 @@ class _Builder:
 
     def comp(self, name: str, phase: str, data: list[int], num_ops: int, tensor_size: int, kernel: str = "",
              gemm: tuple[int, int, int, int] = (0, 0, 0, 0), precision: int = 0, launches: int = 1) -> int:
-        ctrl = () if self.last_comp is None else (self.last_comp,)
-        nid = self.add(name, COMP, phase, data, ctrl, num_ops=num_ops, tensor_size=tensor_size, kernel=kernel,
+        nid = self.add(name, COMP, phase, data, self.stream, num_ops=num_ops, tensor_size=tensor_size, kernel=kernel,
                        gemm=gemm, precision=precision, launches=launches)
-        self.last_comp = nid
+        self.stream = (nid,)
         return nid
 
     def stream_point(self) -> tuple[int, ...]:
-        return () if self.last_comp is None else (self.last_comp,)
+        return self.stream
 
 
-class _StageBuilder:
+class _StageBuilder(GradSync):
     def __init__(self, work: Workload, stage: int, options: ProgramOptions) -> None:
         self.work, self.plan, self.stage = work, work.plan, stage
         bucket = (options.bucket if options and options.bucket else self.plan.framework.dp_bucket)
@@ -131,22 +132,29 @@ class _StageBuilder:
         self.params = {k: block_params(work, k) for k in kinds}
         self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *DP_GROUPS)}
         self.b = _Builder()
-        self.n_virtual = self.plan.pp * self.plan.vpp
-        self.boundary = {c.local: work.message_bytes(c)
-                         for c in work.chunks[stage]}
-        self.pending: _Bucket | None = None  # gradients queued for the next DP bucket
-        self.issued: list[_Bucket] = []
+        plan = self.plan
+        self.n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
+        self.places = rank_chunks(plan.schedule, plan.pp, plan.vpp, stage)
+        self.boundary = work.message_bytes(work.chunks[stage][0])  # the residual stream (1/tp with scatter-gather)
+        self.handoff: dict[tuple, tuple[int, ...]] = {}  # (kind, copy, model stage, mb) -> exits, same-rank turns
+        self.w_inputs: dict[tuple[int, int, int], dict[int, tuple[int, ...]]] = {}  # (mb, chunk, block) -> I outputs
+        self.pending: Bucket | None = None  # gradients queued for the next DP bucket
+        self.issued: list[Bucket] = []
         self.reductions: list[int] = []  # gradient reductions the optimizer waits for
 
     # -- blocks ----------------------------------------------------------------
     def block(self, kind: str, ops: tuple[OpShape, ...], exits: tuple[int, ...], entry: tuple[int, ...],
-              label: str, weights: dict[str, int]) -> _Emitted:
+              label: str, weights: dict[str, int], known: dict[int, tuple[int, ...]] | None = None,
+              wgrad: bool | None = None) -> _Emitted:
+        """Emit a block's ops; ``wgrad`` True/False keeps only the W or only the non-W ops of a backward."""
         vals, b, sizes = self.vals[kind], self.b, self.sizes
-        produced: dict[int, tuple[int, ...]] = {}
+        produced: dict[int, tuple[int, ...]] = dict(known or {})
         waited: set[int] = set()
         colls: list[int] = []
         node_at: dict[int, int] = {}  # position in ops -> node id
         for pos, op in enumerate(ops):
+            if wgrad is not None and op.wgrad != wgrad:
+                continue
             deps: list[int] = []
             external = False
             for uid in op.inputs:
@@ -182,50 +190,53 @@ class _StageBuilder:
                 nid = node_at[pos]
                 b.nodes[nid] = dataclasses.replace(b.nodes[nid], overlap=tuple(node_at[h] for h in op.hides
                                                                               if h in node_at))
+            if op.group >= 0 and pos in node_at and op.group // 4 in node_at:
+                nid = node_at[pos]
+                label = group_label(node_at[op.group // 4], op.group % 4)
+                b.nodes[nid] = dataclasses.replace(b.nodes[nid], gemm_group=label)
         found = tuple(sorted({n for uid in exits for n in produced.get(uid, ())}))
         last = b.stream_point()
-        return _Emitted(exits=found or last, done=last + tuple(c for c in colls if c not in waited))
+        return _Emitted(exits=found or last, done=last + tuple(c for c in colls if c not in waited),
+                        produced=produced)
 
-    def zero3_gathers(self, kind: str, deps: tuple[int, ...], label: str) -> dict[str, int]:
-        """ZeRO-3: gather this block's parameters (per group) once ``deps`` are done (prefetch)."""
-        if self.plan.zero < 3:
-            return {}
-        out: dict[str, int] = {}
-        for group, pgroup in zip(DP_GROUPS, ("dense", "expert")):
-            size, params = self.sizes[group], self.params[kind].of_group(group)
-            if size > 1 and params:
-                out[pgroup] = self.b.add(f"{label}:zero3_gather_{pgroup}", COLL, "zero3", deps,
-                                         collective="all_gather", group=group, group_size=size,
-                                         comm_size=ceil_div(params * self.plan.dtype_bytes, size))
-        return out
-
-    def zero3_scatters(self, kind: str, deps: tuple[int, ...], label: str) -> None:
-        if self.plan.zero < 3:
-            return
-        for group in DP_GROUPS:
-            size, params = self.sizes[group], self.params[kind].of_group(group)
-            if size > 1 and params:
-                self.reductions.append(self.b.add(
-                    f"{label}:zero3_scatter_{group}", COLL, "zero3", deps, collective="reduce_scatter",
-                    group=group, group_size=size, comm_size=params * self.plan.grad_bytes))
-
-    # -- steps -----------------------------------------------------------------
-    def message(self, send: bool, peer: str, mb: int, boundary: int, direction: int, size: int,
+    # -- messages ----------------------------------------------------------------
+    def message(self, send: bool, peer: str, mb: int, boundary: int, direction: int,
                 deps: tuple[int, ...], label: str) -> int:
-        tag = 2 * (mb * (self.n_virtual - 1) + boundary) + direction
+        tag = 2 * (mb * (self.n_model - 1) + boundary) + direction
         if tag >= MAX_TAG:
             raise ConfigError(f"pipeline message tag {tag} exceeds {MAX_TAG}: too many micro-batches x chunks "
-                              f"({self.plan.microbatches} x {self.n_virtual}); lower gbs or vpp")
+                              f"({self.plan.microbatches} x {self.n_model}); lower gbs or vpp")
         if send:
-            return self.b.add(f"{label}:send", SEND, "p2p", deps, comm_size=size, peer=peer, tag=tag)
-        return self.b.add(f"{label}:recv", RECV, "p2p", (), deps, comm_size=size, peer=peer, tag=tag)
+            return self.b.add(f"{label}:send", SEND, "p2p", deps, comm_size=self.boundary, peer=_PEER[peer], tag=tag)
+        return self.b.add(f"{label}:recv", RECV, "p2p", (), deps, comm_size=self.boundary, peer=_PEER[peer], tag=tag)
 
-    def forward(self, step: Step, chunk: Chunk) -> None:
-        v, last = chunk.virtual, self.n_virtual - 1
-        label = f"F{step.microbatch}.{step.chunk}"
+    def receive(self, step: Step, chunk: Chunk, direction: int, label: str) -> tuple[int, ...]:
+        """The step's entry: a receive from the neighbour rank, the same rank's handoff, or the stream."""
+        place = self.places[chunk.local]
+        src = neighbour(self.plan.schedule, self.plan.pp, self.n_model, place, -1 if direction == 0 else 1)
         entry = self.b.stream_point()
-        if v > 0:
-            entry = (self.message(False, PREV, step.microbatch, v - 1, 0, self.boundary[chunk.local], entry, label),)
+        k = chunk.virtual
+        if src == "self":
+            return entry + self.handoff.pop(("F" if direction == 0 else "B", chunk.copy,
+                                             k + (-1 if direction == 0 else 1), step.microbatch))
+        if src:
+            boundary = k - 1 if direction == 0 else k
+            return (self.message(False, src, step.microbatch, boundary, direction, entry, label),)
+        return entry
+
+    def deliver(self, step: Step, chunk: Chunk, direction: int, exits: tuple[int, ...], label: str) -> None:
+        place = self.places[chunk.local]
+        dst = neighbour(self.plan.schedule, self.plan.pp, self.n_model, place, 1 if direction == 0 else -1)
+        k = chunk.virtual
+        if dst == "self":
+            self.handoff[("F" if direction == 0 else "B", chunk.copy, k, step.microbatch)] = exits
+        elif dst:
+            self.message(True, dst, step.microbatch, k if direction == 0 else k - 1, direction, exits, label)
+
+    # -- steps -----------------------------------------------------------------
+    def forward(self, step: Step, chunk: Chunk) -> None:
+        label = f"F{step.microbatch}.{step.chunk}"
+        entry = self.receive(step, chunk, 0, label)
         prefetch = entry
         for i, kind in enumerate(chunk_blocks(chunk)):
             blabel = f"{label}.{i}"
@@ -233,105 +244,83 @@ class _StageBuilder:
             prefetch = entry
             ops = self.ops[kind]
             entry = self.block(kind, ops.forward, ops.forward_exits, entry, blabel, weights).exits
-        if v < last:
-            self.message(True, NEXT, step.microbatch, v, 0, self.boundary[chunk.local], entry, label)
+        self.deliver(step, chunk, 0, entry, label)
 
-    def backward(self, step: Step, chunk: Chunk, last_b: bool) -> None:
-        v, last = chunk.virtual, self.n_virtual - 1
-        label = f"B{step.microbatch}.{step.chunk}"
-        entry = self.b.stream_point()
-        if v < last:
-            entry = (self.message(False, NEXT, step.microbatch, v, 1, self.boundary[chunk.local], entry, label),)
+    def backward(self, step: Step, chunk: Chunk, last_grad: bool) -> None:
+        """A full backward (B) or its input-gradient part (I): walks the chunk's blocks in reverse."""
+        label = f"{step.kind}{step.microbatch}.{step.chunk}"
+        entry = self.receive(step, chunk, 1, label)
         prefetch = entry
         kinds = chunk_blocks(chunk)
+        split = step.kind == "I"
         for i in reversed(range(len(kinds))):
             kind, blabel = kinds[i], f"{label}.{i}"
             weights = self.zero3_gathers(kind, prefetch, blabel)
             prefetch = entry
             ops = self.ops[kind]
-            res = self.block(kind, ops.backward, ops.backward_exits, entry, blabel, weights)
-            self.zero3_scatters(kind, res.done, blabel)
+            res = self.block(kind, ops.backward, ops.backward_exits, entry, blabel, weights,
+                             wgrad=False if split else None)
             entry = res.exits
-            if last_b:
-                self.bucket_block(kind, f"{chunk.local}.{i}", res.done)
-        if v > 0:
-            self.message(True, PREV, step.microbatch, v - 1, 1, self.boundary[chunk.local], entry, label)
-        if last_b and self.options.bucket == "chunk":
+            if split:
+                self.w_inputs[(step.microbatch, step.chunk, i)] = res.produced
+            else:
+                self.block_done(kind, chunk, i, res.done, blabel, last_grad)
+        self.deliver(step, chunk, 1, entry, label)
+        if last_grad and not split and self.options.bucket == "chunk":
             self.flush_bucket()
 
-    # -- gradient sync -----------------------------------------------------------
-    def bucket_block(self, kind: str, where: str, done: tuple[int, ...]) -> None:
-        """Add a block's gradients to the open bucket; per-layer buckets are issued at once."""
-        p = self.params[kind]
-        if self.pending is None:
-            self.pending = _Bucket(p, f"dp{where}")
+    def weights_step(self, step: Step, chunk: Chunk, last_grad: bool) -> None:
+        """The weight-gradient part (W) of an earlier I step, block by block in reverse."""
+        label = f"W{step.microbatch}.{step.chunk}"
+        entry = self.b.stream_point()
+        kinds = chunk_blocks(chunk)
+        for i in reversed(range(len(kinds))):
+            kind, blabel = kinds[i], f"{label}.{i}"
+            ops = self.ops[kind]
+            known = self.w_inputs.pop((step.microbatch, step.chunk, i))
+            res = self.block(kind, ops.backward, (), entry, blabel, {}, known, wgrad=True)
+            self.block_done(kind, chunk, i, res.done, blabel, last_grad)
+        if last_grad and self.options.bucket == "chunk":
+            self.flush_bucket()
+
+    def block_done(self, kind: str, chunk: Chunk, i: int, done: tuple[int, ...], label: str, last_grad: bool) -> None:
+        """A block's gradients are complete for this micro-batch: ZeRO-3 scatter, DP bucket after the last."""
+        self.zero3_scatters(kind, done, label)
+        if last_grad:
+            self.bucket_block(kind, f"{chunk.local}.{i}", done)
+
+    def run(self, step: Step, last_grad: bool) -> None:
+        chunk = self.work.chunks[self.stage][step.chunk]
+        if step.kind == "F":
+            self.forward(step, chunk)
+        elif step.kind == "W":
+            self.weights_step(step, chunk, last_grad)
         else:
-            q = self.pending.params
-            self.pending.params = BlockParams(q.dense + p.dense, q.expert + p.expert, q.tp_partial + p.tp_partial)
-        self.pending.deps.extend(done)
-        if self.options.bucket == "layer":
-            self.flush_bucket()
-
-    def flush_bucket(self) -> None:
-        """Issue the open bucket once everything that produces its gradients is done."""
-        if self.pending is not None:
-            self.issue_bucket(self.pending, tuple(sorted(set(self.pending.deps))))
-            self.issued.append(self.pending)
-            self.pending = None
-
-    def issue_bucket(self, bucket: _Bucket, deps: tuple[int, ...]) -> None:
-        plan, p = self.plan, bucket.params
-        if p.tp_partial and self.sizes["tp"] > 1:
-            deps = (self.b.add(f"{bucket.name}:tp_norm_grads", COLL, "dp", deps, collective="all_reduce",
-                               group="tp", group_size=self.sizes["tp"], comm_size=p.tp_partial * plan.grad_bytes),)
-            self.reductions.append(deps[0])
-        if plan.zero >= 3:
-            return
-        kind = "all_reduce" if plan.zero == 0 else "reduce_scatter"
-        for group in DP_GROUPS:
-            size, params = self.sizes[group], p.of_group(group)
-            if size > 1 and params:
-                self.reductions.append(self.b.add(f"{bucket.name}:{kind}_{group}", COLL, "dp", deps,
-                                                  collective=kind, group=group, group_size=size,
-                                                  comm_size=params * plan.grad_bytes))
-
-    def finish(self) -> None:
-        """Remaining buckets, the optimizer step, then ZeRO 1-2 parameter gathers."""
-        if self.pending is not None:
-            self.pending.deps.extend(self.b.stream_point())
-            self.flush_bucket()
-        plan = self.plan
-        dense, expert = stage_params(self.work, self.stage)
-        dense_shard, expert_shard = shard_degrees(self.work)
-        updated = dense / dense_shard + expert / expert_shard if plan.zero >= 1 else dense + expert
-        flops = round(OPTIMIZER_FLOPS_PER_PARAM * updated)
-        touched = round(updated * (plan.grad_bytes + OPTIMIZER_STATE_BYTES + plan.dtype_bytes))
-        opt = self.b.comp("optimizer", "optimizer", list(self.reductions), flops, touched, "vector")
-        if plan.zero not in (1, 2):
-            return
-        for bucket in self.issued:
-            for group in DP_GROUPS:
-                size, params = self.sizes[group], bucket.params.of_group(group)
-                if size > 1 and params:
-                    self.b.add(f"{bucket.name}:all_gather_{group}", COLL, "dp", (opt,), collective="all_gather",
-                               group=group, group_size=size, comm_size=ceil_div(params * plan.dtype_bytes, size))
+            self.backward(step, chunk, last_grad)
 
     def build(self) -> StageProgram:
         order = stage_order(self.plan, self.stage)
-        last_b = {s.chunk: i for i, s in enumerate(order) if s.kind == "B"}
-        chunks = self.work.chunks[self.stage]
-        for i, step in enumerate(order):
-            if step.kind == "F":
-                self.forward(step, chunks[step.chunk])
+        last_grad = {s.chunk: i for i, s in enumerate(order) if s.kind in ("B", "W")}
+        i = 0
+        while i < len(order):
+            if order[i].paired:  # fork the stream: both chunks start now, the next step waits for both
+                base = self.b.stream_point()
+                self.run(order[i], last_grad[order[i].chunk] == i)
+                first_end = self.b.stream_point()
+                self.b.stream = base
+                self.run(order[i + 1], last_grad[order[i + 1].chunk] == i + 1)
+                self.b.stream = tuple(sorted(set(first_end + self.b.stream_point())))
+                i += 2
             else:
-                self.backward(step, chunks[step.chunk], last_b[step.chunk] == i)
+                self.run(order[i], last_grad[order[i].chunk] == i)
+                i += 1
         self.finish()
         return StageProgram(stage=self.stage, nodes=tuple(self.b.nodes))
 
 
 def chunk_blocks(chunk: Chunk) -> list[str]:
-    """The chunk's blocks in model order: embedding, dense layers, MoE layers, head."""
-    return [k for k in BLOCK_ORDER for _ in range(chunk.blocks.get(k, 0))]
+    """The chunk's blocks in model order: embedding, its decoder layers, head."""
+    return ["embedding"] * chunk.blocks.get("embedding", 0) + list(chunk.layers) + ["head"] * chunk.blocks.get("head", 0)
 
 
 def build_stage_program(work: Workload, stage: int, options: ProgramOptions | None = None) -> StageProgram:

@@ -3,9 +3,9 @@
 Why canonical: samplers and the census meet choices that mean the same plan;
 mapping them to one plan makes repeats cache hits that cost nothing (and keeps
 the census from scoring one plan twice); the canonical string is the cache key.
-Rules 3, 4, 6 and 7 merge plans whose every simulated number is provably the
+Rules 3, 4, 6, 7 and 9 merge plans whose every simulated number is provably the
 same (``tests/search/test_canonical.py`` checks each against the analytical
-model and the event replay); rules 1, 2 and 5 give a choice that has no meaning
+model and the event replay); rules 1, 2, 5 and 8 give a choice that has no meaning
 its only meaning:
 
 1. ``vpp`` means nothing unless the schedule is interleaved with pp > 1: vpp=1.
@@ -13,7 +13,9 @@ its only meaning:
    model chunk per stage (Megatron builds the interleaved schedule only for a
    virtual pipeline size above 1): schedule=1f1b. It has the same time and no
    more memory.
-3. With pp=1 there is no pipeline: every schedule is the same, schedule=1f1b.
+3. With pp=1 there is no pipeline: every schedule and every split is the same,
+   schedule=1f1b, and the uneven-split fields are unset (first_layers=last_layers=0,
+   embed_split=loss_split=off; Megatron-Core refuses uneven first/last stages without PP).
 4. GPipe and 1F1B with a single micro-batch run the same order (F then B on
    every stage): schedule=1f1b.
 5. ZeRO shards over data x context parallelism; with dp*cp = 1 there is nothing to
@@ -22,6 +24,9 @@ its only meaning:
    tp_overlap=off (the plan already drops sp itself).
 7. With flash attention (the stack's, else the model's), selective recompute has
    nothing to drop (the score matrix is never stored): recompute=selective is none.
+8. With cp=1 there is no K/V to exchange: cp_comm=all_gather (the plan does it too).
+9. Shared-expert overlap hides the dispatch under the shared experts; a model without
+   shared experts has nothing to overlap: moe_overlap=off.
 
 Choices that cannot run (divisibility, degrees that do not multiply to the GPU
 count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
@@ -34,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stageopt.errors import InfeasiblePlan
+from stageopt.frameworks import FrameworkProfile
 from stageopt.hardware import Hardware, apply_hw_overrides, load_hardware
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.feasibility import validate_plan
@@ -55,8 +61,9 @@ class Candidate:
     def key(self) -> str:
         text = str(self.plan)
         shown = {item.split("=", 1)[0] for item in text.split()}
-        hidden = [f"{f.name}={getattr(self.plan, f.name)}" for f in dataclasses.fields(self.plan)
-                  if f.name not in shown and getattr(self.plan, f.name) != f.default]  # fields its text leaves out
+        hidden = [f"{f.name}={value}" for f in dataclasses.fields(self.plan)  # fields the text leaves out, unless
+                  if f.name not in shown and (value := getattr(self.plan, f.name)) != f.default  # at their default
+                  and not (f.default is None and value is False)]  # or an off the stack filled in (text omits off)
         return " ".join([f"{self.hw_key} | gpus={self.gpus} | {text}", *hidden, f"seq={self.model.seq}"])
 
 
@@ -110,7 +117,8 @@ def _text(value: Value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def canonical(values: Mapping[str, Value], gpus: int, attention: str) -> dict[str, Value]:
+def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
+              framework: FrameworkProfile) -> dict[str, Value]:
     """The plan fields of ``values`` with the rules of this module's docstring applied."""
     v = {name: values[name] for name in PLAN_DIMS}
     tp, cp, pp = int(v["tp"]), int(v["cp"]), int(v["pp"])  # type: ignore[arg-type]
@@ -119,6 +127,8 @@ def canonical(values: Mapping[str, Value], gpus: int, attention: str) -> dict[st
         v["vpp"] = 1
         if pp == 1 or v["schedule"] == "interleaved":
             v["schedule"] = "1f1b"
+    if pp == 1:
+        v.update(first_layers=0, last_layers=0, embed_split=False, loss_split=False)
     if v["schedule"] == "gpipe" and int(values["gbs"]) == int(v["mbs"]) * dp:  # type: ignore[arg-type]
         v["schedule"] = "1f1b"
     if dp * cp == 1 and v["zero"] is not None:
@@ -126,8 +136,13 @@ def canonical(values: Mapping[str, Value], gpus: int, attention: str) -> dict[st
     if tp == 1:
         v["sp"] = False if v["sp"] is not None else None
         v["tp_overlap"] = False if v["tp_overlap"] is not None else None
+    attention = framework.attention if framework.attention is not None else model.attention
     if attention == "flash" and v["recompute"] == "selective":
         v["recompute"] = "none"
+    if cp == 1:
+        v["cp_comm"] = "all_gather"
+    if not model.shared_experts:
+        v["moe_overlap"] = False
     return v
 
 
@@ -139,8 +154,7 @@ def make_candidate(space: SearchSpace, catalog: HardwareCatalog, values: Mapping
         raise InfeasiblePlan(f"tp*cp*pp = {tp}*{cp}*{pp} = {tp * cp * pp} does not divide gpus={gpus}")
     model = space.models_by_seq[int(values["seq"])]  # type: ignore[arg-type]
     framework = space.frameworks[str(values["framework"])]
-    attention = framework.attention if framework.attention is not None else model.attention
-    fields = canonical(values, gpus, attention)
+    fields = canonical(values, gpus, model, framework)
     plan = Plan(dp=gpus // (tp * cp * pp), gbs=int(values["gbs"]), framework=framework,  # type: ignore[arg-type]
                 **fields)  # type: ignore[arg-type]
     validate_plan(plan, model, gpus)

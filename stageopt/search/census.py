@@ -144,7 +144,8 @@ def plan_fields(cand: Candidate) -> dict:
     """The plan fields rankings and models read, as a plain dict."""
     p = cand.plan
     return {"tp": p.tp, "cp": p.cp, "pp": p.pp, "ep": p.ep, "vpp": p.vpp, "dp": p.dp, "zero": p.zero,
-            "recompute": p.recompute, "schedule": p.schedule, "mbs": p.mbs, "gbs": p.gbs}
+            "recompute": p.recompute, "schedule": p.schedule, "mbs": p.mbs, "gbs": p.gbs,
+            "uneven": bool(p.first_layers or p.last_layers or p.embed_split or p.loss_split or p.layout)}
 
 
 def take_census(space: SearchSpace, catalog: HardwareCatalog, seed: int = 0, progress: bool = False) -> Census:

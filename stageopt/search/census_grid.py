@@ -64,9 +64,8 @@ def _add(space: SearchSpace, catalog: HardwareCatalog, values: dict[str, Value],
     """Keep the first combination of each canonical plan; count rule violations and merges."""
     framework = space.frameworks[str(values["framework"])]
     model = space.models_by_seq[int(values["seq"])]  # type: ignore[arg-type]
-    attention = framework.attention if framework.attention is not None else model.attention
     gpus = int(values["gpus"])  # type: ignore[arg-type]
-    fields = canonical(values, gpus, attention)
+    fields = canonical(values, gpus, model, framework)
     marker = (catalog.key_for(values), gpus, values["gbs"], values["seq"], values["framework"],
               *fields.values())
     if marker in seen:

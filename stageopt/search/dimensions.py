@@ -28,7 +28,7 @@ from stageopt.errors import ConfigError
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_COUNT, PLAN_BOUNDS, check_count
 from stageopt.hardware import Hardware
-from stageopt.parallel.plan import DTYPES, RECOMPUTE, SCHEDULES, Plan
+from stageopt.parallel.plan import CP_COMMS, DTYPES, RECOMPUTE, SCHEDULES, Plan
 
 Value = Union[int, float, str, bool, None]
 
@@ -36,12 +36,14 @@ Value = Union[int, float, str, bool, None]
 # batch is training.global_batch; the software stack is the space's ``framework`` key.
 NOT_PLAN_DIMS = ("dp", "gbs", "framework")
 CHOICES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": tuple(DTYPES),
-                                       "grad_dtype": tuple(DTYPES)}
+                                       "grad_dtype": tuple(DTYPES), "cp_comm": CP_COMMS}
 HW_ALIASES = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib",
               "reserve_gib": "gpu.reserve_gib"}
 OBJECTIVES = ("time", "throughput", "cost", "mfu")
 BACKENDS = ("analytical", "replay", "astra-sim", "astra-sim-aware")
-ZERO_MEANS_UNSET = ("first_layers", "last_layers")  # Megatron-Core's uneven-split layer counts
+# Megatron-Core's uneven-split layer counts (--decoder-first/last-pipeline-num-layers): 0 means unset
+LAYER_COUNTS = {"first_layers": (10**6, "a stage holds at most every layer")}
+LAYER_COUNTS["last_layers"] = LAYER_COUNTS["first_layers"]
 
 
 def plan_fields() -> dict[str, Any]:
@@ -85,11 +87,11 @@ def _plan_int(name: str, item: Any, where: str) -> int:
         if isinstance(item, bool) or item not in (0, 1, 2, 3):
             raise ConfigError(f"{where}: {shorten(item)} is not a ZeRO stage 0, 1, 2 or 3")
         return int(item)
-    low = 0 if name in ZERO_MEANS_UNSET else 1
+    low = 0 if name in LAYER_COUNTS else 1
+    high, why = LAYER_COUNTS.get(name) or PLAN_BOUNDS.get(name, (MAX_COUNT, ""))
     if isinstance(item, bool) or not isinstance(item, int) or item < low:
-        kind = "a layer count (0: unset)" if low == 0 else "a positive integer"
+        kind = f"a layer count in 0..{high} (0: unset)" if low == 0 else "a positive integer"
         raise ConfigError(f"{where}: {shorten(item)} is not {kind}")
-    high, why = PLAN_BOUNDS.get(name, (MAX_COUNT, ""))
     return check_count(item, where, low=low, high=high, why=why)
 
 

@@ -6,7 +6,7 @@ first one found is an accident of enumeration order. A tie (objectives equal to
 nine significant digits) goes to the plan with the lower peak memory (more
 headroom), then to the simpler plan: fewer model-parallel ranks
 (tp*cp*pp*ep), then lower vpp, lower ZeRO stage, less recompute, 1F1B before
-other schedules, then the plan text (so the order is total and reproducible).
+other schedules, an even pipeline split before an uneven one, then the plan text (so the order is total and reproducible).
 
 Everything here is vectorized: the census orders 10^5 plans at once.
 """
@@ -18,7 +18,8 @@ from collections.abc import Iterable
 import numpy as np
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
-SCHEDULE_ORDER = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
+SCHEDULE_ORDER = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6}
+SPLIT_FIELDS = ("first_layers", "last_layers", "embed_split", "loss_split")
 SIGNIFICANT = 1e9  # objectives equal to ~9 significant digits are a tie
 
 
@@ -34,8 +35,9 @@ def quantize(values: np.ndarray) -> np.ndarray:
 def simplicity_columns(plans: Iterable[dict]) -> list[np.ndarray]:
     """Tie-break columns (smaller is simpler), most important first, from plan fields."""
     rows = [(p["tp"] * p["cp"] * p["pp"] * p["ep"], p["vpp"], p["zero"], RECOMPUTE_ORDER.get(p["recompute"], 3),
-             SCHEDULE_ORDER.get(p["schedule"], 3), p["mbs"]) for p in plans]
-    table = np.array(rows, dtype=float).reshape(len(rows), 6)
+             SCHEDULE_ORDER.get(p["schedule"], len(SCHEDULE_ORDER)), int(bool(p.get("uneven"))), p["mbs"])
+            for p in plans]
+    table = np.array(rows, dtype=float).reshape(len(rows), 7)
     return [table[:, j] for j in range(table.shape[1])]
 
 
@@ -44,7 +46,8 @@ def plan_fields_of_text(text: str) -> dict:
     items = dict(item.split("=", 1) for item in text.split() if "=" in item)
     out = {k: int(items.get(k, 1)) for k in ("tp", "cp", "pp", "ep", "vpp", "mbs")}
     out.update(zero=int(items.get("zero", 0)), recompute=items.get("recompute", "none"),
-               schedule=items.get("schedule", "1f1b"))
+               schedule=items.get("schedule", "1f1b"),
+               uneven=any(items.get(k, "0") not in ("0", "off") for k in SPLIT_FIELDS) or "layout" in items)
     return out
 
 

@@ -38,9 +38,7 @@ def check_plan_choices(dims: tuple[Dimension, ...], fixed: Mapping[str, Value], 
         if name in searched and single_tp:
             raise ConfigError(f"{where}: plan.{name} is searched {values[name]} but every tp is 1, where it has "
                               f"no effect; list tp > 1 or give one {name} value")
-    if "schedule" in searched and all(pp == 1 for pp in values["pp"]):
-        raise ConfigError(f"{where}: plan.schedule is searched {values['schedule']} but every pp is 1, where "
-                          "no schedule applies; list pp > 1 or give one schedule")
+    _check_needs(searched, values, model, where)
     _check_schedules(values["schedule"], values["pp"], frameworks, where)
 
 
@@ -53,3 +51,18 @@ def _check_schedules(schedules: list[Value], pps: list[Value], frameworks: Mappi
             runs = "; ".join(f"{n} runs {', '.join(f.schedules)}" for n, f in frameworks.items())
             raise ConfigError(f"{where}: plan.schedule {shorten(schedule)} is not implemented by the framework ({runs}); "
                               "drop it or choose another framework")
+
+
+def _check_needs(searched: set[str], values: Mapping[str, list[Value]], model: ModelSpec, where: str) -> None:
+    """A searched field that only acts with pp > 1, cp > 1 or shared experts, where none is listed."""
+    single_pp, single_cp = all(pp == 1 for pp in values["pp"]), all(cp == 1 for cp in values["cp"])
+    needs = {"schedule": (single_pp, "every pp is 1, where no schedule applies; list pp > 1"),
+             "cp_comm": (single_cp, "every cp is 1, where there is no K/V to exchange; list cp > 1"),
+             "moe_overlap": (not model.shared_experts,
+                             f"model {model.name} has no shared experts to overlap the dispatch with")}
+    for name in ("first_layers", "last_layers", "embed_split", "loss_split"):
+        needs[name] = (single_pp, "every pp is 1, where there is no pipeline to split; list pp > 1")
+    for name, (useless, why) in needs.items():
+        if name in searched and useless:
+            raise ConfigError(f"{where}: plan.{name} is searched {shorten(values[name])} but {why}, "
+                              f"or give one {name} value")

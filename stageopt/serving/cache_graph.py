@@ -100,7 +100,7 @@ def serving_block(kind: str, arch: Arch) -> ServingBlock:
     return ServingBlock(kind=kind, ops=ops, cache=tuple(b.cache.values()))
 
 
-SERVING_FUSIONS = frozenset({"norm", "bias_dropout_add", "bias_activation", "rope", "cross_entropy"})
+SERVING_FUSIONS = frozenset({"norm", "bias_dropout_add", "bias_activation", "rope", "cross_entropy", "qkv", "fc1"})
 
 
 def inference_arch(model, tp: int) -> Arch:

@@ -21,6 +21,7 @@ import numpy as np
 import sympy as sp
 
 from stageopt.graph.compile import gemm_shape, kernel_name
+from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.symbols import ALL_SYMBOLS, AXIS_DEGREE
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
@@ -42,6 +43,7 @@ class OpRow:
     expert: bool  # reads expert weights (only the experts a step's tokens reach are read)
     precision: int  # the kernel model's precision class (0: stays high precision)
     launches: float  # kernels the op launches (eager elementwise ops launch several)
+    group: int = -1  # matmul: row of the first GEMM of its fused GEMM (fused QKV, gate+up), -1 for none
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,9 @@ def block_table(kind: str, arch: Arch) -> BlockTable:
                        collective=op.collective.kind if op.collective else "",
                        axis=op.collective.axis if op.collective else "",
                        expert=any(t.param_group == "expert" for t in op.inputs if t.role == "weight"),
-                       precision=int(op.attrs.get("precision", 0)), launches=float(op.attrs.get("passes", 1.0)))
-                 for op in ops)
+                       precision=int(op.attrs.get("precision", 0)), launches=float(op.attrs.get("passes", 1.0)),
+                       group=group)
+                 for op, group in zip(ops, gemm_groups(ops, arch.fusions)))
     values = [_op_values(op) + gemm_shape(op) for op in ops]
     exprs = [sp.sympify(v[i]) for i in range(ROWS) for v in values]
     return BlockTable(kind=kind, rows=rows, fn=sp.lambdify(SYMBOLS, exprs, modules="numpy", cse=False))

@@ -33,7 +33,7 @@ import numpy as np
 
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import HIGH, KERNEL_CODES, LOWP, Kernels
+from stageopt.hardware.kernels import HIGH, KERNEL_CODES, LOWP, Kernels, grouped_kernel_seconds
 from stageopt.hardware.kernels import kernel_seconds as _kernel_seconds
 from stageopt.hardware.network import collective_time, p2p_time
 from stageopt.model.spec import ModelSpec
@@ -73,6 +73,15 @@ def _kernels(code: int, flops, nbytes, shape, precision: int, launches: float = 
     return Kernels(code=np.full(flops.shape, code), flops=flops, nbytes=np.asarray(nbytes, dtype=float), m=m, n=n,
                    k=k, batch=batch, precision=np.full(flops.shape, precision), backward=np.zeros(flops.shape, bool),
                    count=launches)
+
+
+def _fused_gemm_seconds(hw: Hardware, dtype: str, members: list[Kernels], label: int) -> np.ndarray:
+    """Seconds of one fused GEMM made of ``members`` (the shared kernel model's grouping rule)."""
+    stacked = Kernels(**{f: np.stack([np.broadcast_to(np.asarray(getattr(k, f), dtype=float), members[0].flops.shape)
+                                      for k in members]) for f in ("flops", "nbytes", "m", "n", "k", "batch")},
+                      code=np.zeros((len(members), 1), dtype=int), precision=np.asarray(members[0].precision)[None],
+                      backward=np.zeros((len(members), 1), dtype=bool))
+    return grouped_kernel_seconds(hw, dtype, stacked, np.full(len(members), label), cuda_graphs=True).sum(axis=0)
 
 
 def attention_kernel_seconds(hw: Hardware, flops, nbytes) -> np.ndarray:
@@ -116,6 +125,7 @@ class StepModel:
         fv = table.evaluate(flops_vals, n)
         bv = table.evaluate(bytes_vals, n)
         total = np.zeros(n)
+        fused: dict[int, list[Kernels]] = {}  # fused GEMMs (QKV, gate+up), priced once per group below
         for i, row in enumerate(table.rows):
             if part != "all" and (row.kind.startswith("attention")) != (part == "core"):
                 continue
@@ -132,13 +142,18 @@ class StepModel:
                 # inference FP8 GEMMs take weights quantized offline and activations quantized by the
                 # kernel before them: no separate cast kernel (the kernel model's LOWP class)
                 precision = LOWP if row.precision != HIGH else HIGH
-                total += kernel_seconds(self.hw, self.gemm_dtype, _kernels(
-                    0, flops, weights * self.wscale + acts, bv[4:, i], precision, row.launches))
+                gemm = _kernels(0, flops, weights * self.wscale + acts, bv[4:, i], precision, row.launches)
+                if row.group >= 0:
+                    fused.setdefault(row.group, []).append(gemm)
+                    continue
+                total += kernel_seconds(self.hw, self.gemm_dtype, gemm)
             elif row.kind == "vector":
                 total += kernel_seconds(self.hw, "bf16", _kernels(
                     KERNEL_CODES["vector"], flops, weights + acts + cache, None, HIGH, row.launches))
             else:
                 total += attention_kernel_seconds(self.hw, flops, acts + cache)
+        for label, members in fused.items():
+            total += _fused_gemm_seconds(self.hw, self.gemm_dtype, members, label)
         return total
 
     def _with(self, kind: str, **symbols: np.ndarray) -> dict:

@@ -15,7 +15,7 @@ from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block, compile_op_table
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, Kernels, kernel_seconds
+from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seconds
 from stageopt.hardware.network import collective_time, exposed_under_gemm
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
@@ -30,13 +30,15 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
     rows = table.evaluate(values, n)
-    times = kernel_seconds(hw, proto.dtype, Kernels(
+    times = grouped_kernel_seconds(hw, proto.dtype, Kernels(
         code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
         flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
         precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
-        count=table.launches[:, None]), proto.framework.attention_kernel)
+        count=table.launches[:, None]), table.groups, proto.framework.attention_kernel)
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
+    cost["wgrad"] = times[table.wgrad].sum(axis=0) if table.wgrad is not None else np.zeros(n)  # part of bwd
+    cost["comm_fwd"] = np.zeros(n)  # forward-phase share of the comm_* times below
     degree = {"tp": c["tp"], "cp": c["cp"], "ep": c["ep"]}
     stride = {"tp": np.ones(n), "cp": c["tp"], "ep": c["tp"] * c["cp"]}
     for axis in ("tp", "cp", "ep"):
@@ -49,9 +51,12 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
                           for cs in members])
         comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis])
         for i, cs in enumerate(members):
-            if cs.hides:
-                hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), c["tp"])
-                comm[i] = np.where(c["tp_overlap"], hidden, comm[i])
+            if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared experts
+                hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), degree[axis])
+                comm[i] = np.where({"tp": c["tp_overlap"], "cp": c["cp_ring"]}.get(axis, c["moe_overlap"]), hidden,
+                                   comm[i])
+            if cs.phase == "fwd":
+                cost["comm_fwd"] = cost["comm_fwd"] + comm[i]
         cost[f"comm_{axis}"] = cost[f"comm_{axis}"] + comm.sum(axis=0)
     return cost
 

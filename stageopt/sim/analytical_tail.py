@@ -24,7 +24,7 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     groups = ((dense, c["dp"] * c["cp"], c["tp"]), (expert, edp * c["cp"], expert_stride))
     g_bytes, w_bytes = proto.grad_bytes, proto.dtype_bytes
     zero = c["zero"]
-    layers = sum(n for k, n in comp.items() if k in ("dense", "moe", "embedding", "head"))
+    layers = sum(n for k, n in comp.items() if k in cost)
     layers = np.maximum(layers, 1)
     stack = proto.framework
 

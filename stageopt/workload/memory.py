@@ -4,7 +4,9 @@ Weights, gradients and optimizer states follow the ZeRO stage (Rajbhandari et
 al. 2020): bf16 weights, gradients in ``plan.grad_dtype``, and 12 bytes per
 parameter of fp32 master weights plus Adam's two moments. Activations are the
 tensors each chunk saves for backward (from the graph, by recompute mode)
-times the micro-batches the schedule holds in flight at its peak. ``other``
+times the micro-batches the schedule holds in flight at its peak; under a
+zero-bubble schedule a micro-batch between its input- and weight-gradient
+passes still holds what the weight gradients read. ``other``
 holds fp32 logits kept for the loss, the working set of a fully recomputed
 layer during its backward, and ZeRO-3's gathered parameter buffers.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stageopt.model.layer_types import is_layer
 from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
 from stageopt.workload.sharding import Workload
 
@@ -65,21 +68,22 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     def sharded(count_dense: float, count_expert: float, on: bool) -> float:
         return count_dense / dense_shard + count_expert / expert_shard if on else count_dense + count_expert
 
-    weights = sharded(dense, expert, plan.zero >= 3) * plan.dtype_bytes
-    gradients = sharded(dense, expert, plan.zero >= 2) * plan.grad_bytes
-    optimizer = sharded(dense, expert, plan.zero >= 1) * OPTIMIZER_BYTES
+    weights = sharded(dense, expert, plan.step_zero >= 3) * plan.dtype_bytes
+    gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_bytes
+    optimizer = sharded(dense, expert, plan.step_zero >= 1) * OPTIMIZER_BYTES
     order = stage_order(plan, stage)
     per_chunk = {c.local: work.chunk_sum(c, "saved_bytes") for c in work.chunks[stage]}
-    activations = peak_in_flight(order, per_chunk)
+    held = {c.local: work.chunk_sum(c, "wgrad_held_bytes") for c in work.chunks[stage]}
+    activations = peak_in_flight(order, per_chunk, held)
     other = 0.0
     for chunk in work.chunks[stage]:
         if "head" in chunk.blocks:
             other += work.value("head", "logits_bytes") * max_in_flight(order, chunk.local)
     if plan.recompute == "full":
-        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if k in ("dense", "moe")]
+        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         other += max((work.value(k, "working_bytes") for k in layer_kinds), default=0.0)
-    if plan.zero >= 3:
-        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if k in ("dense", "moe")]
+    if plan.step_zero >= 3:
+        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         biggest = max((work.value(k, "local_dense") + work.value(k, "local_expert") for k in layer_kinds), default=0.0)
         other += 2 * biggest * plan.dtype_bytes  # current + prefetched layer, gathered
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer,

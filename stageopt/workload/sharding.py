@@ -14,19 +14,27 @@ from functools import cached_property
 from stageopt.graph.block import arch_of
 from stageopt.graph.compile import CompiledBlock, compile_block
 from stageopt.graph.symbols import symbol_values
+from stageopt.model.layer_types import block_kinds, layer_kinds
 from stageopt.model.spec import ModelSpec
-from stageopt.parallel.feasibility import validate_plan
+from stageopt.parallel.feasibility import model_stages, validate_plan
+from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
 from stageopt.parallel.plan import Plan
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One model chunk held by a stage: which blocks, how many of each."""
+    """One model chunk held by a stage: which blocks, how many of each.
+
+    ``virtual`` is the chunk's model stage (its position in the pipeline of
+    its model copy); ``copy`` is 1 for DualPipe's second model copy.
+    """
 
     stage: int
     local: int  # chunk index on its stage
     virtual: int  # position in the model pipeline
     blocks: dict[str, int]  # block kind -> count
+    copy: int = 0
+    layers: tuple[str, ...] = ()  # decoder layer kinds in model order (embedding and head apart)
 
 
 @dataclass
@@ -52,57 +60,63 @@ class Workload:
 
     def message_bytes(self, chunk: Chunk) -> int:
         """Bytes of one pipeline message out of ``chunk`` (a 1/tp shard under scatter-gather)."""
-        boundary = max(self.value(k, "boundary_bytes") for k in chunk.blocks)
+        boundary = self.value("embedding", "boundary_bytes")  # the residual stream crosses every boundary
         return round(boundary / self.plan.tp if self.plan.p2p_scatter_gather else boundary)
+
+    def runs(self, chunk: Chunk) -> int:
+        """Micro-batches that pass through a chunk per iteration (DualPipe feeds each copy half of them)."""
+        m = self.plan.microbatches
+        return m // 2 if self.plan.schedule in BIDIRECTIONAL else m
+
+    def iteration_sum(self, stage: int, name: str) -> float:
+        """``name`` summed over the stage's chunks, times the micro-batches each one runs."""
+        return sum(self.runs(c) * self.chunk_sum(c, name) for c in self.chunks[stage])
+
+    def _model_sum(self, name: str) -> float:
+        """``name`` over one model copy (DualPipe holds two)."""
+        return sum(self.chunk_sum(c, name) for row in self.chunks for c in row if c.copy == 0)
 
     @cached_property
     def params_total(self) -> float:
-        return sum(self.stage_sum(s, "params_dense") + self.stage_sum(s, "params_expert") for s in range(self.stages))
+        return self._model_sum("params_dense") + self._model_sum("params_expert")
 
     @cached_property
     def params_active(self) -> float:
         experts = self.model.experts or 1
         topk = self.model.top_k or 1
-        return sum(self.stage_sum(s, "params_dense") + self.stage_sum(s, "params_expert") * topk / experts
-                   for s in range(self.stages))
+        return self._model_sum("params_dense") + self._model_sum("params_expert") * topk / experts
 
 
 def layer_counts(model: ModelSpec, plan: Plan) -> list[int]:
-    """Layers per virtual pipeline chunk; a remainder goes to the middle stages first."""
-    chunks = plan.pp * plan.vpp
-    base, extra = divmod(model.layers, chunks)
-    counts = [base] * chunks
-    order = sorted(range(chunks), key=lambda c: (c in (0, chunks - 1), c))
-    for c in order[:extra]:
-        counts[c] += 1
-    return counts
+    """Decoder layers per model stage of one copy (see :mod:`stageopt.parallel.pipeline_split`)."""
+    return [st.layers for st in model_stages(plan, model.layers)]
 
 
 def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Workload:
     """Validate the plan, compile the model's blocks and lay them out over stages."""
     validate_plan(plan, model, gpus)
     arch = arch_of(model, plan)
-    kinds = ["embedding", "dense", "head"] + (["moe"] if model.is_moe else [])
-    blocks = {k: compile_block(k, arch, plan.recompute) for k in kinds}
+    blocks = {k: compile_block(k, arch, plan.recompute) for k in block_kinds(model)}
     sym = symbol_values(model, plan)
     values = {k: b.evaluate(sym) for k, b in blocks.items()}
-    counts = layer_counts(model, plan)
-    first_layer = [sum(counts[:i]) for i in range(len(counts))]
-    n_virtual = len(counts)
+    split = model_stages(plan, model.layers)
+    first_layer = [sum(st.layers for st in split[:k]) for k in range(len(split))]
     chunks: list[list[Chunk]] = []
     for stage in range(plan.pp):
         row = []
-        for local in range(plan.vpp):
-            virtual = local * plan.pp + stage
-            start, n = first_layer[virtual], counts[virtual]
-            dense = max(0, min(start + n, model.dense_layers) - start) if model.is_moe else n
-            blocks_here = {"dense": dense}
-            if model.is_moe:
-                blocks_here["moe"] = n - dense
-            if virtual == 0:
-                blocks_here["embedding"] = 1
-            if virtual == n_virtual - 1:
-                blocks_here["head"] = 1
-            row.append(Chunk(stage, local, virtual, {k: v for k, v in blocks_here.items() if v}))
+        for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage):
+            k = place.model_stage
+            order = layer_kinds(model)[first_layer[k]:first_layer[k] + split[k].layers]
+            row.append(Chunk(stage, place.local, k, chunk_blocks_of(model, split[k], first_layer[k]), place.copy,
+                             order))
         chunks.append(row)
     return Workload(model=model, plan=plan, chunks=chunks, blocks=blocks, values=values)
+
+
+def chunk_blocks_of(model: ModelSpec, stage, start: int) -> dict[str, int]:
+    """Block counts of a model stage holding ``stage.layers`` decoder layers from layer ``start`` on."""
+    blocks = {"embedding": int(stage.embedding)}
+    for kind in layer_kinds(model)[start:start + stage.layers]:
+        blocks[kind] = blocks.get(kind, 0) + 1
+    blocks["head"] = int(stage.loss)
+    return {k: v for k, v in blocks.items() if v}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
 from stageopt.parallel.ranks import group_size
 from stageopt.workload.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
 from stageopt.workload.sharding import Workload
@@ -49,9 +50,10 @@ class StageStats:
 
 
 def _block_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
-    plan, m = work.plan, work.plan.microbatches
+    plan = work.plan
     found: dict[tuple, int] = defaultdict(int)
     for chunk in work.chunks[stage]:
+        m = work.runs(chunk)
         for kind, n in chunk.blocks.items():
             block, vals = work.blocks[kind], work.values[kind]
             for c in block.collectives:
@@ -73,16 +75,16 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
         if size == 1 or params == 0:
             continue
         grads, weights = params * plan.grad_bytes, params * plan.dtype_bytes
-        if plan.zero == 0:
+        if plan.step_zero == 0:
             out.append(CollectiveUse(group, "all_reduce", "dp", 1, grads, size))
-        elif plan.zero in (1, 2):
+        elif plan.step_zero in (1, 2):
             out += [CollectiveUse(group, "reduce_scatter", "dp", 1, grads, size),
                     CollectiveUse(group, "all_gather", "dp", 1, weights, size)]
         else:
             layers = sum(n for c in work.chunks[stage] for k, n in c.blocks.items()) or 1
-            m = plan.microbatches
-            out += [CollectiveUse(group, "all_gather", "zero3", 2 * m * layers, weights / layers, size),
-                    CollectiveUse(group, "reduce_scatter", "zero3", m * layers, grads / layers, size)]
+            runs = sum(work.runs(c) * n for c in work.chunks[stage] for k, n in c.blocks.items()) or 1
+            out += [CollectiveUse(group, "all_gather", "zero3", 2 * runs, weights / layers, size),
+                    CollectiveUse(group, "reduce_scatter", "zero3", runs, grads / layers, size)]
     tp_partial = work.stage_sum(stage, "local_dense_tp_partial") + work.stage_sum(stage, "local_expert_tp_partial")
     if tp_partial and plan.tp > 1:
         out.append(CollectiveUse("tp", "all_reduce", "dp", 1, tp_partial * plan.grad_bytes, plan.tp))
@@ -90,26 +92,28 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
 
 
 def _p2p_bytes(work: Workload, stage: int) -> float:
-    last = work.plan.pp * work.plan.vpp - 1
-    total = 0.0
-    for chunk in work.chunks[stage]:
-        sends = (chunk.virtual != last) + (chunk.virtual != 0)
-        total += sends * work.message_bytes(chunk)
-    return total * work.plan.microbatches
+    """Bytes one rank sends per iteration: one message per micro-batch at every boundary to another rank."""
+    plan = work.plan
+    n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
+    sends = sum(work.runs(work.chunks[stage][place.local])
+                for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage) for step in (1, -1)
+                if neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev"))
+    return sends * work.message_bytes(work.chunks[stage][0])
 
 
 def stage_stats(work: Workload, stage: int) -> StageStats:
-    plan, m = work.plan, work.plan.microbatches
-    flops = {phase: m * work.stage_sum(stage, f"{phase}_flops") for phase in ("fwd", "bwd", "recompute")}
+    plan = work.plan
+    flops = {phase: work.iteration_sum(stage, f"{phase}_flops") for phase in ("fwd", "bwd", "recompute")}
     dense, expert = stage_params(work, stage)
     dense_shard, expert_shard = shard_degrees(work)
-    updated = dense / dense_shard + expert / expert_shard if plan.zero >= 1 else dense + expert
+    updated = dense / dense_shard + expert / expert_shard if plan.step_zero >= 1 else dense + expert
     flops["optimizer"] = OPTIMIZER_FLOPS_PER_PARAM * updated
     flops["total"] = sum(flops.values())
-    attn = m * sum(work.stage_sum(stage, f"{p}_attn_flops") for p in ("fwd", "bwd", "recompute"))
-    vector = m * sum(work.stage_sum(stage, f"{p}_vector_flops") for p in ("fwd", "bwd", "recompute"))
-    accessed = m * sum(work.stage_sum(stage, f"{p}_bytes") for p in ("fwd", "bwd", "recompute"))
-    ops = m * sum(n * sum(work.blocks[k].op_counts.values()) for c in work.chunks[stage] for k, n in c.blocks.items())
+    attn = sum(work.iteration_sum(stage, f"{p}_attn_flops") for p in ("fwd", "bwd", "recompute"))
+    vector = sum(work.iteration_sum(stage, f"{p}_vector_flops") for p in ("fwd", "bwd", "recompute"))
+    accessed = sum(work.iteration_sum(stage, f"{p}_bytes") for p in ("fwd", "bwd", "recompute"))
+    ops = sum(work.runs(c) * n * sum(work.blocks[k].op_counts.values())
+              for c in work.chunks[stage] for k, n in c.blocks.items())
     colls = _block_collectives(work, stage) + _dp_collectives(work, stage)
     return StageStats(stage=stage, ops=ops + 1, flops=flops, attention_flops=attn, vector_flops=vector,
                       bytes_accessed=accessed, collectives=tuple(colls), p2p_bytes=_p2p_bytes(work, stage),

@@ -6,6 +6,7 @@ compare it with hand derivations; the text rendering is the command's job.
 
 from __future__ import annotations
 
+from stageopt.model.layer_types import is_layer
 from stageopt.workload.memory import GIB
 from stageopt.workload.sharding import Workload
 from stageopt.workload.stats import StageStats, all_stage_stats, flops_per_iteration
@@ -24,7 +25,7 @@ def inspect_report(work: Workload) -> dict:
     for s in stats:
         stages.append({
             "stage": s.stage,
-            "layers": sum(n for c in work.chunks[s.stage] for k, n in c.blocks.items() if k in ("dense", "moe")),
+            "layers": sum(n for c in work.chunks[s.stage] for k, n in c.blocks.items() if is_layer(k)),
             "ops": s.ops,
             "flops": s.flops,
             "attention_flops": s.attention_flops,

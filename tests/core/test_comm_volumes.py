@@ -69,6 +69,22 @@ def test_zero3_gathers_parameters_per_layer_forward_and_backward():
     assert rs.count * rs.bytes_each == pytest.approx(2 * st.params_local * 2)
 
 
+def test_fsdp_under_pipelining_gathers_and_reduces_once_per_step():
+    """torchtitan's FSDP2 stages stay gathered across micro-batches: one gather, one reduce-scatter of the stage."""
+    from stageopt.frameworks.catalog import load_profile
+    m = load_model("llama3-8b", ["layers=4"])
+    plan = Plan.parse("tp=1 pp=2 dp=8 mbs=1 gbs=32 zero=3").replace(framework=load_profile("torchtitan"))
+    st = stage_stats(build_workload(m, plan), 0)  # 4 micro-batches
+    assert not [c for c in st.collectives if c.phase == "zero3"]
+    (rs,) = uses(st, "dp_cp", "reduce_scatter", "dp")
+    (ag,) = uses(st, "dp_cp", "all_gather", "dp")
+    assert rs.count == ag.count == 1
+    assert rs.bytes_each == ag.bytes_each == st.params_local * 2  # bf16 stage parameters, once each way
+    # without pipelining, the same stack gathers per block and micro-batch (FSDP's reshard after forward)
+    flat = stage_stats(build_workload(m, plan.replace(pp=1, dp=16)), 0)
+    assert [c for c in flat.collectives if c.phase == "zero3"]
+
+
 def test_expert_parallel_all_to_all_volume():
     """Dispatch and combine move each token's top-k copies: b*s*k*h*2 bytes per rank per MoE layer."""
     m = load_model("mixtral-8x7b", ["layers=2"])

@@ -11,6 +11,10 @@ LLAMA = ("llama3-8b", ("layers=4", "seq=256"))
 LLAMA8 = ("llama3-70b", ("layers=8", "seq=256"))
 MIXTRAL = ("mixtral-8x7b", ("layers=4", "seq=256"))
 DEEPSEEK = ("deepseek-v3", ("layers=5", "seq=256"))
+LLAMA6 = ("llama3-70b", ("layers=6", "seq=256"))
+NEMOTRON = ("nemotron-h-8b", ("layers=4", "seq=256", "layer_pattern=mfaf", "ssm_chunk=64"))
+GPTOSS = ("gpt-oss-120b", ("layers=4", "seq=256"))
+GEMMA = ("gemma3-27b", ("layers=6", "seq=256", "sliding_window=64"))
 
 # (model, overrides, plan, gpus, dp bucket)
 CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
@@ -46,4 +50,20 @@ CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
     (MIXTRAL, "dp=2 ep=2 recompute=full zero=2", 2, "layer"),
     (MIXTRAL, "pp=2 vpp=2 dp=2 ep=2 gbs=4 schedule=interleaved", 4, "layer"),
     (DEEPSEEK, "pp=2 dp=4 ep=4 tp=2 sp=on zero=1 gbs=8", 16, "layer"),
+    # uneven stages, zero-bubble and DualPipe schedules
+    (LLAMA6, "pp=2 vpp=2 schedule=interleaved embed_split=on loss_split=on gbs=4", 2, "layer"),
+    (DEEPSEEK, "pp=2 dp=2 ep=2 first_layers=3 gbs=4", 4, "layer"),
+    (LLAMA8, "pp=4 tp=2 sp=on dp=2 zero=1 gbs=16 schedule=zbh1 framework=hai-llm", 16, "layer"),
+    (LLAMA, "pp=2 dp=2 zero=3 recompute=full gbs=8 schedule=zbh1 framework=hai-llm", 4, "layer"),
+    (LLAMA8, "pp=2 tp=2 sp=on dp=2 gbs=8 schedule=zbv framework=torchtitan", 8, "chunk"),
+    (MIXTRAL, "pp=2 dp=2 ep=2 gbs=8 schedule=dualpipe framework=hai-llm", 4, "layer"),
+    (LLAMA8, "pp=4 dp=2 zero=1 gbs=16 schedule=dualpipev framework=torchtitan", 8, "stage"),
+    # Mamba-2 hybrids, sliding-window/global attention mixes
+    (NEMOTRON, "tp=2 pp=2 sp=on gbs=4", 4, "layer"),
+    (GPTOSS, "pp=2 dp=2 ep=2 tp=2 sp=on gbs=4", 8, "layer"),
+    (GEMMA, "tp=2 cp=2 sp=on gbs=2 recompute=full", 4, "layer"),
+    # context parallelism: Ulysses all-to-all, ring (p2p)
+    (LLAMA, "cp=4 dp=2 gbs=4 cp_comm=a2a", 8, "layer"),
+    (DEEPSEEK, "tp=2 cp=2 sp=on dp=2 ep=2 gbs=4 cp_comm=a2a", 8, "layer"),
+    (LLAMA, "tp=2 cp=2 pp=2 sp=on gbs=4 cp_comm=p2p", 8, "layer"),
 ]

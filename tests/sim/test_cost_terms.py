@@ -118,3 +118,37 @@ def test_expert_capacity_scales_routed_work_only():
     assert flops(cap, "expert.gate") == pytest.approx(1.25 * flops(base, "expert.gate"))
     assert flops(cap, "router") == flops(base, "router")  # routing sees every token once either way
     assert np.isclose(flops(base, "expert.gate"), 2 * 4096 * 2 * 4096 * 14336)  # tokens x top-k x h x f
+
+
+def test_fused_qkv_is_priced_as_one_gemm_and_shared_by_flops():
+    """Q, K, V of a GQA layer at tp=8 (n = 1024, 128, 128): one GEMM of n = 1280, split by FLOPs."""
+    from stageopt.hardware.kernels import Kernels, grouped_kernel_seconds
+
+    hw = load_hardware("h100-sxm")
+    m, k, ns = 4096, 8192, np.array([1024, 128, 128])
+    flops = 2.0 * m * ns * k
+    kern = Kernels(code=np.zeros(3, dtype=int), flops=flops, nbytes=2.0 * (m * k + k * ns + m * ns),
+                   m=np.full(3, m), n=ns, k=np.full(3, k), batch=np.ones(3), precision=np.zeros(3),
+                   backward=np.zeros(3, dtype=bool))
+    t = grouped_kernel_seconds(hw, "bf16", kern, np.ones(3, dtype=int))  # label 1: joined on n
+    assert t.sum() == pytest.approx(hw.gpu.matmul_time_s(m, 1280, k))
+    assert t[1] / t[0] == pytest.approx(128 / 1024)
+    alone = grouped_kernel_seconds(hw, "bf16", kern, np.full(3, -1))
+    assert alone[1] == pytest.approx(hw.gpu.matmul_time_s(m, 128, k))  # a 128-column GEMM fills half a tile
+    assert alone.sum() > t.sum()
+    # Equal members (multi-head attention) still join: three n = 1792 projections are one n = 5376 GEMM.
+    eq = Kernels(**{**kern.__dict__, "n": np.full(3, 1792), "flops": np.full(3, 2.0 * m * 1792 * k)})
+    assert grouped_kernel_seconds(hw, "bf16", eq, np.ones(3, dtype=int)).sum() == pytest.approx(
+        hw.gpu.matmul_time_s(m, 3 * 1792, k))
+
+
+def test_megatron_fuses_qkv_and_fc1_gemms_but_eager_torch_does_not():
+    from stageopt.graph.compile import compile_op_table
+
+    spec = load_model("llama3-8b", SMALL)
+    for framework, fused in (("megatron-core", True), ("torchtitan", False)):
+        p = Plan.parse("tp=1 mbs=1 gbs=1", gpus=None, framework=load_profile(framework))
+        table = compile_op_table("dense", arch_of(spec, p), "none")
+        groups = table.groups[table.groups >= 0]
+        # forward QKV and fc1, backward data and weight gradients of each: 6 groups
+        assert (len(set(groups.tolist())) == 6) == fused and (len(groups) == 0) == (not fused)

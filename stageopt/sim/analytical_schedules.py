@@ -1,0 +1,165 @@
+"""Zero-bubble and DualPipe schedules in the analytical model: their makespan and activation peaks.
+
+Why not a closed form: ZB-H1's ``(p-1)(F+I-W)`` and DualPipe's
+``(PP/2-1)(F&B+B-3W)`` hold for uniform stages and equal pass times; uneven
+stages, the embedding and loss chunks and unequal F, I and W make the real
+orders deviate. So the model runs the very step orders the traces encode
+with every stage's and
+chunk's pass times as arrays over candidate plans: one walk per schedule shape
+(schedule, pp, vpp, micro-batches) prices every plan of that shape at once
+(:mod:`stageopt.parallel.schedule_dag`).
+
+Pass times per micro-batch and chunk: F is the chunk's forward kernels plus
+its exposed forward collectives and its send; I is the backward kernels other
+than weight gradients (recompute included) plus the rest of the exposed
+collectives and its send; W is the weight-gradient kernels. A DualPipe pair
+costs the larger of its two chunks' compute and of their communication: each
+hides the other's all-to-all and pipeline messages. Activation memory walks
+the same orders (F saves, I keeps what W reads, W or B frees).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stageopt.model.spec import ModelSpec
+from stageopt.parallel.plan import Plan
+from stageopt.parallel.schedule import schedule_orders
+from stageopt.parallel.schedule_dag import PAIR, compile_dag
+from stageopt.sim.analytical_pipeline import SEND_COLUMNS, chunk_tables
+from stageopt.sim.analytical_stages import stage_time_parts
+
+SPLIT_SCHEDULES = ("zbh1", "zbv", "dualpipe", "dualpipev")
+
+
+def _rows(tree: dict, index: list[int]) -> dict:
+    """The same nested dict of per-candidate arrays, cut to ``index``."""
+    return {k: (_rows(v, index) if isinstance(v, dict) else np.asarray(v)[index]) for k, v in tree.items()}
+
+
+def _chunk_passes(cost: dict, counts: dict[str, np.ndarray], t_p2p: np.ndarray, c: dict,
+                  zero3: np.ndarray) -> dict[str, np.ndarray]:
+    """F, I, W seconds of one chunk per micro-batch, and its compute and communication apart (for pairs)."""
+    kinds = [k for k in counts if k in cost]
+    comp = {k: counts[k] for k in kinds}
+    comp["sends"] = counts["send_f"] + counts["send_b"]
+    parts = stage_time_parts(cost, comp, t_p2p, c)
+    exposed = parts["tp"] + parts["cp"] + parts["ep"]
+    raw = sum(comp[k] * (cost[k]["comm_tp"] + cost[k]["comm_cp"] + cost[k]["comm_ep"]) for k in kinds)
+    fwd_raw = sum(comp[k] * cost[k]["comm_fwd"] for k in kinds)
+    share = np.divide(fwd_raw, raw, out=np.zeros_like(exposed), where=raw > 0)
+    c_f = sum(comp[k] * cost[k]["fwd"] for k in kinds)
+    c_w = sum(comp[k] * cost[k]["wgrad"] for k in kinds)
+    c_i = sum(comp[k] * cost[k]["bwd"] for k in kinds) - c_w
+    x_f = exposed * share + counts["send_f"] * t_p2p + zero3 / 2
+    x_b = exposed * (1 - share) + counts["send_b"] * t_p2p + zero3 / 2
+    return {"F": c_f + x_f, "I": c_i + x_b, "W": c_w, "B": c_i + c_w + x_b, "cF": c_f, "cB": c_i + c_w,
+            "xF": x_f, "xB": x_b}
+
+
+def _activation_peaks(orders, saved: np.ndarray, held: np.ndarray, logits: np.ndarray) -> tuple[list, list]:
+    """Per stage: peak activation bytes over its order, and peak head logits held.
+
+    ``saved``, ``held``, ``logits``: arrays (stages, chunks, candidates).
+    """
+    acts, heads = [], []
+    for s, order in enumerate(orders):
+        chunks = np.array([st.chunk for st in order])
+        kinds = np.array([st.kind for st in order])
+        on_full = (kinds == "F").astype(float) - (kinds == "B") - (kinds == "I")
+        on_held = (kinds == "I").astype(float) - (kinds == "W")
+        deltas = on_full[:, None] * saved[s, chunks] + on_held[:, None] * held[s, chunks]
+        acts.append(np.maximum(np.cumsum(deltas, axis=0).max(axis=0), 0.0))
+        heads.append(np.maximum(np.cumsum(on_full[:, None] * logits[s, chunks], axis=0).max(axis=0), 0.0))
+    return acts, heads
+
+
+def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, t_p2p: np.ndarray,
+                           zero3: list[np.ndarray]) -> dict[str, object]:
+    """Makespan, busiest stage's work and per-stage activation peaks for plans of one schedule shape.
+
+    ``cost``, ``c``, ``t_p2p`` and ``zero3`` (per stage) hold rows of these plans only.
+    """
+    plan, n = plans[0], len(plans)
+    pp, vpp, m = plan.pp, plan.vpp, plan.microbatches
+    orders = schedule_orders(plan.schedule, pp, vpp, m)
+    dag = compile_dag(plan.schedule, pp, vpp, orders)
+    table = chunk_tables(model, plans)
+    n_chunks = table["embedding"].shape[2]
+    layers = sum(table[k] for k in table if k not in SEND_COLUMNS)
+    per_stage = layers.sum(axis=2)
+    names = ("F", "B", "I", "W", "cF", "cB", "xF", "xB")
+    passes = np.zeros((len(names), pp, n_chunks, n))
+    mem = np.zeros((3, pp, n_chunks, n))  # saved, held for W, head logits
+    kinds = [k for k in table if k in cost]
+    for s in range(pp):
+        for ch in range(n_chunks):
+            counts = {k: table[k][:, s, ch] for k in table}
+            frac = np.divide(layers[:, s, ch], per_stage[:, s], out=np.zeros(n), where=per_stage[:, s] > 0)
+            got = _chunk_passes(cost, counts, t_p2p, c, zero3[s] * frac)
+            passes[:, s, ch] = [got[k] for k in names]
+            mem[0, s, ch] = sum(counts[k] * cost[k]["agg"]["saved_bytes"] for k in kinds)
+            mem[1, s, ch] = sum(counts[k] * cost[k]["agg"]["wgrad_held_bytes"] for k in kinds)
+            mem[2, s, ch] = counts["head"] * cost["head"]["agg"]["logits_bytes"]
+    single = passes[:4, dag.stage, dag.chunk]  # (F, B, I, W) of each node's chunk: (4, nodes, n)
+    durations = np.take_along_axis(single, np.minimum(dag.kind, 3)[None, :, None], 0)[0]
+    comm = np.select([dag.kind[:, None] == 0, dag.kind[:, None] == 3], [passes[6, dag.stage, dag.chunk], 0.0],
+                     passes[7, dag.stage, dag.chunk])
+    pairs = np.flatnonzero(dag.kind == PAIR)
+    if len(pairs):
+        st, cf, cb = dag.stage[pairs], dag.chunk[pairs], dag.chunk2[pairs]
+        compute = passes[4, st, cf] + passes[5, st, cb]
+        durations[pairs] = np.maximum(compute, passes[6, st, cf] + passes[7, st, cb])
+        comm[pairs] = durations[pairs] - compute
+    finish = dag.finish_times(durations)
+    busy = dag.per_stage_sum(durations)
+    busiest = busy.argmax(axis=0)
+    acts, heads = _activation_peaks(orders, mem[0], mem[1], mem[2])
+    return {"makespan": finish.max(axis=0), "busy": busy.max(axis=0), "activations": acts, "logits": heads,
+            "busiest": busiest, "comm": np.take_along_axis(dag.per_stage_sum(comm), busiest[None], 0)[0]}
+
+
+def split_schedule_groups(plans: list[Plan]) -> dict[tuple, list[int]]:
+    """Indices of the plans that run a zero-bubble or DualPipe schedule, by schedule shape."""
+    groups: dict[tuple, list[int]] = {}
+    for i, plan in enumerate(plans):
+        if plan.schedule in SPLIT_SCHEDULES:
+            key = (plan.schedule, plan.pp, plan.vpp, plan.microbatches, plan.first_layers, plan.last_layers,
+                   plan.embed_split, plan.loss_split, plan.layout)
+            groups.setdefault(key, []).append(i)
+    return groups
+
+
+def apply_split_schedules(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, t_p2p: np.ndarray,
+                          stages: list[dict], pipe: np.ndarray, busy: np.ndarray, out: dict) -> None:
+    """Overwrite ``pipe``, ``busy``, the time breakdown in ``out`` and the stages' activation memory for
+    zero-bubble and DualPipe plans; the busiest stage's exposed communication is split over tp, cp, ep and
+    p2p in the proportions of its collectives before overlap."""
+    n = len(plans)
+    for index in split_schedule_groups(plans).values():
+        sub = [plans[i] for i in index]
+        zero3 = [np.broadcast_to(st["parts"]["zero3"], (n,))[index] for st in stages]
+        res = schedule_shape_results(model, sub, _rows(cost, index), _rows(c, index),
+                                     np.broadcast_to(t_p2p, (n,))[index], zero3)
+        pipe[index] = res["makespan"]
+        busy[index] = res["busy"]
+        _breakdown(stages, index, res, out)
+        for s, st in enumerate(stages[:sub[0].pp]):
+            mem = st["mem"]
+            for key in ("weights", "gradients", "optimizer", "activations", "other", "logits"):
+                mem[key] = np.array(np.broadcast_to(mem[key], (n,)), dtype=float)
+            mem["activations"][index] = res["activations"][s]
+            mem["other"][index] += res["logits"][s] - mem["logits"][index]
+            mem["logits"][index] = res["logits"][s]
+            mem["total"] = sum(mem[k] for k in ("weights", "gradients", "optimizer", "activations", "other"))
+
+
+def _breakdown(stages: list[dict], index: list[int], res: dict, out: dict) -> None:
+    axes = ("tp", "cp", "ep", "p2p")
+    n = len(out["t_compute"])
+    raw = {a: np.take_along_axis(np.stack([np.broadcast_to(st["parts"][a], (n,))[index] for st in stages]),
+                                 res["busiest"][None], 0)[0] for a in axes}
+    total = sum(raw.values())
+    for a in axes:
+        out[f"t_{a}"][index] = res["comm"] * np.divide(raw[a], total, out=np.zeros_like(total), where=total > 0)
+    out["t_compute"][index] = res["busy"] - res["comm"]
