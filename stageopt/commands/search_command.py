@@ -80,33 +80,38 @@ def options_from_args(args: argparse.Namespace) -> SearchOptions:
                          framework=args.framework, top=args.top, progress=not args.json)
 
 
-class ProgressBar:
-    """One refreshed stderr line: simulations against the budget, asks, best so far."""
+class LoopProgress:
+    """The sampled loop's progress through :mod:`stageopt.console.progress`: simulations against the
+    budget, asks and the best so far (a live bar on a terminal, a status line every 15 s in a log)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
+        self._stack = contextlib.ExitStack()
+        self._bar = None
         self._last = 0.0
 
     def __call__(self, loop: SearchLoop) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self._last < 0.1:
+        from stageopt.console.progress import progress
+
+        if not self.enabled:
             return
-        self._last = now
-        done, target = loop.simulations, max(loop.target, 1)
-        filled = int(30 * min(done, target) / target)
+        if self._bar is None:
+            self._bar = self._stack.enter_context(progress(loop.target, "search", unit="sims"))
+        self._bar.update(max(0, min(loop.simulations, loop.target) - self._bar.n))
+        now = time.monotonic()
+        if now - self._last >= 1.0:  # the best is re-ranked at most once a second
+            self._last = now
+            self._bar.set_postfix_str(self._tail(loop), refresh=False)
+
+    @staticmethod
+    def _tail(loop: SearchLoop) -> str:
         best = loop.best()
         if best and len(loop.objectives) == 1:
-            obj = loop.objectives[0]
-            tail = f"best {obj.value(best[0].record):.4g} ({best[0].record['plan'][:60]})"
-        else:
-            tail = f"Pareto front {len(best)}"
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{target} sims, "
-                         f"{loop.stats.asks} asks  {tail}\033[K")
-        sys.stderr.flush()
+            return f"{loop.stats.asks} asks, best {loop.objectives[0].value(best[0].record):.4g}"
+        return f"{loop.stats.asks} asks, Pareto front {len(best)}"
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        self._stack.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_serving_search(args, space_path)
 
-    bar = ProgressBar(sys.stderr.isatty() and not args.json)
+    bar = LoopProgress(not args.json)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # Ray's worker-death notices must not mix into --json
             result = run_search(options_from_args(args), progress=bar)

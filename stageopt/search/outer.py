@@ -24,6 +24,7 @@ import time
 import numpy as np
 import optuna
 
+from stageopt.console.progress import progress
 from stageopt.errors import StageoptError
 from stageopt.search.cache import StudyCache, tell_outcome, tell_repeat, tell_unevaluated
 from stageopt.search.candidate import HardwareCatalog, make_candidate
@@ -82,6 +83,7 @@ class OuterLoop:
     budget: int
     backend: str
     heartbeat: HeartbeatKeeper | None = None
+    progress: bool = False  # a live bar (TTY) or a periodic status line on stderr
 
     def __post_init__(self) -> None:
         self.stats = LoopStats()
@@ -89,14 +91,17 @@ class OuterLoop:
 
     def run(self) -> Answer:
         names = [d.name for d in self.space.hardware_dims]
+        unit = "simulations" if self.executor is not None else "hardware candidates"
         try:
-            while self.cache.committed < self.budget and self.stats.asks < 20 * self.budget:
-                trial = self._ask()
-                chosen = self.space.complete({d.name: d.suggest(trial) for d in self.space.hardware_dims})
-                mark = " ".join(f"{n}={chosen[n]}" for n in names)
-                if mark not in self._memo:
-                    self._memo[mark] = self._best(chosen)
-                self._settle(trial, chosen, *self._memo[mark])
+            with progress(self.budget, "co-design", unit=unit, enabled=self.progress) as bar:
+                while self.cache.committed < self.budget and self.stats.asks < 20 * self.budget:
+                    trial = self._ask()
+                    chosen = self.space.complete({d.name: d.suggest(trial) for d in self.space.hardware_dims})
+                    mark = " ".join(f"{n}={chosen[n]}" for n in names)
+                    if mark not in self._memo:
+                        self._memo[mark] = self._best(chosen)
+                    self._settle(trial, chosen, *self._memo[mark])
+                    bar.update(max(0, min(self.cache.committed, self.budget) - bar.n))
             full = self.cache.committed >= self.budget
             self.stats.stop_reason = "budget" if full else "ask cap reached (the hardware space repeats)"
         finally:

@@ -193,7 +193,8 @@ def _answer(mode: str, opts: SearchOptions, p: _Parts, heartbeat: HeartbeatKeepe
     """Run the mode :func:`~stageopt.search.strategy.pick_mode` chose."""
     if mode == "outer":
         return OuterLoop(study=p.study, space=p.space, objectives=p.objectives, catalog=p.catalog, cache=p.cache,
-                         executor=p.executor, budget=opts.budget, backend=p.backend, heartbeat=heartbeat).run()
+                         executor=p.executor, budget=opts.budget, backend=p.backend, heartbeat=heartbeat,
+                         progress=opts.progress).run()
     census = p.census
     assert census is not None
     if mode == "exact":
