@@ -22,7 +22,10 @@ PAIRS = [
      "tp=2 pp=2 mbs=4 gbs=16 schedule=1f1b framework=torchtitan"),
     ("tp=1: no TP overlap", f"tp=1 pp=2 tp_overlap=on {BASE}", f"tp=1 pp=2 tp_overlap=off {BASE}"),
     ("flash: selective is none", f"tp=2 pp=2 recompute=selective {BASE}", f"tp=2 pp=2 recompute=none {BASE}"),
+    ("pp=1: no uneven split", f"tp=2 pp=1 embed_split=on loss_split=on {BASE}", f"tp=2 pp=1 {BASE}"),
+    ("no shared experts: no MoE overlap", f"tp=2 pp=2 moe_overlap=on {BASE}", f"tp=2 pp=2 moe_overlap=off {BASE}"),
 ]
+# Rule 8 (cp_comm with cp=1) is enforced by Plan itself, which resets it (tests/core/test_cp_variants.py).
 
 
 @pytest.mark.parametrize("rule, a, b", PAIRS, ids=[p[0] for p in PAIRS])
@@ -82,3 +85,14 @@ def test_zero_without_data_or_context_parallelism_is_zero_0() -> None:
     assert make_candidate(space, cat, base).plan.zero == 0
     cp2 = make_candidate(space, cat, {**base, "gpus": 32, "cp": 2})  # dp=1 but cp=2: ZeRO shards over cp, kept
     assert cp2.plan.zero == 2
+
+
+def test_uneven_split_with_pp_1_is_the_even_plan_not_an_error() -> None:
+    """Rule 3: first/last-stage layer counts mean nothing without a pipeline (Plan refuses them with pp=1);
+    the choice maps to the unset split, so a space crossing pp with first_layers keeps its pp=1 plans."""
+    space = space_from_dict({"model": "llama3-8b", "cluster": {"gpus": 16}, "training": {"global_batch": 32},
+                             "plan": {"tp": 2, "pp": [1, 2], "first_layers": [0, 15], "sp": "on"}}, where="u")
+    cat = HardwareCatalog(space)
+    flat = make_candidate(space, cat, space.complete({"pp": 1, "first_layers": 15}))
+    assert flat.key == make_candidate(space, cat, space.complete({"pp": 1, "first_layers": 0})).key
+    assert make_candidate(space, cat, space.complete({"pp": 2, "first_layers": 15})).plan.first_layers == 15

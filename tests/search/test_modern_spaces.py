@@ -32,6 +32,10 @@ def test_published_deepseek_v3_layout_is_a_candidate() -> None:
     (lambda d: d.update(framework="megatron-cor"), ["framework", "megatron-core"]),
     (lambda d: d["plan"].update(first_layers=[-1]), ["plan.first_layers", "-1"]),
     (lambda d: d["plan"].update(embed_split=["maybe"]), ["plan.embed_split", "on/off"]),
+    (lambda d: d["plan"].update(pp=1, loss_split=["on", "off"]), ["plan.loss_split", "every pp is 1"]),
+    (lambda d: d["plan"].update(cp_comm=["p2p", "a2a"]), ["plan.cp_comm", "every cp is 1"]),
+    (lambda d: d["plan"].update(cp_comm=["ring"]), ["plan.cp_comm", "all_gather, p2p, a2a"]),
+    (lambda d: d["plan"].update(moe_overlap=["on", "off"]), ["plan.moe_overlap", "no shared experts"]),
 ])
 def test_bad_new_keys_are_one_line_errors(mutate, words) -> None:
     data = {"model": "llama3-8b", "cluster": {"gpus": 8}, "training": {"global_batch": 8},
