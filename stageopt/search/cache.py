@@ -48,6 +48,17 @@ def _simulated(t: FrozenTrial) -> bool:
     return bool(old.get("simulated")) if isinstance(old, dict) else bool(t.user_attrs.get("simulated"))
 
 
+def spent_simulation(t: FrozenTrial) -> str | None:
+    """The plan a finished trial spent a simulation on, as the budget counts it (None: none): a trial
+    failed as stale may hold half its attributes and does not count; a simulator failure does."""
+    outcome = trial_outcome(t) if t.state.is_finished() else None
+    if outcome is None or outcome.status == INVALID or not _simulated(t):
+        return None
+    if t.state == TrialState.FAIL and outcome.status != FAILED:
+        return None
+    return outcome.key
+
+
 class StudyCache:
     """Outcomes by key, the keys that cost a simulation, and live claims, as the study holds them."""
 

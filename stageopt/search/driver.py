@@ -44,7 +44,7 @@ from stageopt.search.ranking import (
 )
 from stageopt.search.refine import neighbours
 from stageopt.search.space import SearchSpace, encode_choices
-from stageopt.search.workers import HeartbeatKeeper, claim_owner
+from stageopt.search.workers import HeartbeatKeeper, ask_owned
 from stageopt.sim.base import Estimate
 
 
@@ -195,10 +195,10 @@ class SearchLoop:
 
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
-        trial = self.study.ask()  # also fails other workers' stale trials (Optuna's heartbeat check)
-        if self.heartbeat is not None:
-            claim_owner(self.study, trial, self.heartbeat.owner)
-            self.heartbeat.add(trial._trial_id)
+        if self.heartbeat is None:
+            return self.study.ask()
+        trial = ask_owned(self.study, self.heartbeat.owner)
+        self.heartbeat.add(trial._trial_id)
         return trial
 
     def _step(self, trials: list[optuna.trial.Trial]) -> None:

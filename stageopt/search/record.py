@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from stageopt.search.cache import StudyCache, finished_trial
 from stageopt.search.objective import Objective, Outcome
 from stageopt.search.space import SearchSpace, encode_choices
-from stageopt.search.workers import HeartbeatKeeper, claim_owner
+from stageopt.search.workers import HeartbeatKeeper, ask_owned
 
 
 def add_outcomes(cache: StudyCache, space: SearchSpace, items: Iterable[tuple[Mapping[str, Any], Outcome]],
@@ -41,11 +41,10 @@ def open_trial(study: optuna.Study, space: SearchSpace, choices: Mapping[str, An
     It carries its owner and a heartbeat like an asked trial, so a worker that dies
     while simulating it has it failed by the others and its plan simulated again.
     """
-    template = optuna.trial.create_trial(state=TrialState.RUNNING, params=encode_choices(space, choices),
-                                         distributions=space.distributions())
-    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
-    trial = optuna.trial.Trial(study, trial_id)
-    if heartbeat is not None:
-        claim_owner(study, trial, heartbeat.owner)
-        heartbeat.add(trial_id)
+    params, dists = encode_choices(space, choices), space.distributions()
+    if heartbeat is None:
+        template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=dists)
+        return optuna.trial.Trial(study, study._storage.create_new_trial(study._study_id, template_trial=template))
+    trial = ask_owned(study, heartbeat.owner, params, dists)
+    heartbeat.add(trial._trial_id)
     return trial

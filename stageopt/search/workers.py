@@ -108,9 +108,26 @@ def stale_trial_ids(trials: Iterable[FrozenTrial], heartbeats: Callable[[FrozenT
     return stale
 
 
-def claim_owner(study: optuna.Study, trial: optuna.trial.Trial, owner: str) -> None:
-    """Record who runs ``trial`` (one storage write, right after it is asked)."""
-    study._storage.set_trial_system_attr(trial._trial_id, OWNER_ATTR, owner)
+def ask_owned(study: optuna.Study, owner: str, params: dict | None = None,
+              distributions: dict | None = None) -> optuna.trial.Trial:
+    """``study.ask()`` with the owner stored by the same storage call that creates the trial.
+
+    Why not ask, then record the owner: between the two writes (``Trial`` reads the
+    trial back and runs the sampler's ``before_trial``; with a database each is a
+    round trip) a worker killed with SIGKILL left a RUNNING trial with no owner,
+    failed only after ``GRACE_S``. A trial enqueued earlier (``enqueue_trial``) is
+    popped first, as ``ask`` does, and owned right after the pop. ``params`` creates
+    the trial with those parameters (a plan chosen without the sampler).
+    """
+    study._thread_local.cached_all_trials = None  # as ask: read the storage afresh
+    trial_id = study._pop_waiting_trial_id() if params is None else None
+    if trial_id is None:
+        template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params or {},
+                                             distributions=distributions or {}, system_attrs={OWNER_ATTR: owner})
+        trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    else:
+        study._storage.set_trial_system_attr(trial_id, OWNER_ATTR, owner)
+    return optuna.trial.Trial(study, trial_id)
 
 
 class HeartbeatKeeper:

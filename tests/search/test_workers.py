@@ -66,3 +66,24 @@ def test_a_search_that_ended_in_this_process_is_dead(tmp_path) -> None:
     with HeartbeatKeeper(storage, 10) as keeper:
         assert owner_alive(keeper.owner) is True
     assert owner_alive(keeper.owner) is False  # e.g. it stopped on a full disk; the next search may retry
+
+
+def test_an_asked_trial_is_owned_from_its_creation_and_enqueued_plans_come_first() -> None:
+    """The storage never holds an asked trial without its owner (a SIGKILL between two writes left one)."""
+    study = optuna.create_study()
+    study.enqueue_trial({"x": 1})
+    owner = _owner(12345)
+    created: list[optuna.trial.FrozenTrial] = []
+    real_create = study._storage.create_new_trial
+
+    def spy(study_id: int, template_trial: optuna.trial.FrozenTrial | None = None) -> int:
+        trial_id = real_create(study_id, template_trial=template_trial)
+        created.append(study._storage.get_trial(trial_id))  # as the storage holds it before any other write
+        return trial_id
+
+    study._storage.create_new_trial = spy  # type: ignore[method-assign]
+    first, second = workers.ask_owned(study, owner), workers.ask_owned(study, owner)
+    assert first.suggest_int("x", 0, 3) == 1 and first.number == 0  # the enqueued plan, popped as ask pops it
+    assert [t.system_attrs["stageopt:owner"] for t in created] == [owner] and second.number == 1
+    assert all(study._storage.get_trial(t._trial_id).system_attrs["stageopt:owner"] == owner
+               for t in (first, second))
