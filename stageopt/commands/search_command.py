@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     s = result.stats
     if result.answer.mode == "exact":
-        print(f"study {result.study.study_name}: {meta['trials']} exact trials recorded")
+        print(f"study {result.study.study_name}: {meta['trials']} exact trials recorded in {s.elapsed_s:.1f} s")
     else:
         print(f"study {result.study.study_name}: {meta['simulations']} unique simulations ({result.backend}), "
               f"{s.asks} asks ({s.cached} cached, {s.invalid} invalid, {s.oom} over memory, {s.failed} failed) "

@@ -141,7 +141,7 @@ def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | Non
         raise ConfigError("--screen analytical needs an expensive backend (--backend replay or astra-sim)")
     catalog = HardwareCatalog(space, reserve_gib=opts.reserve_gib)
     mode = pick_mode(opts.sampler, simulator is not None, space)
-    census = None
+    census, started = None, time.perf_counter()
     if mode != "outer":
         census = take_census(space, catalog, seed=opts.seed or 0, progress=opts.progress)
         require_feasible(census, space)
@@ -164,7 +164,7 @@ def run_search(opts: SearchOptions, progress: Callable[[SearchLoop], None] | Non
             executor.close()
         raise
     parts = _Parts(study=study, space=space, objectives=objectives, catalog=catalog, cache=cache, census=census,
-                   executor=executor, backend=backend, sync=store.sync)
+                   executor=executor, backend=backend, sync=store.sync, started=started)
     with HeartbeatKeeper(store.storage, HEARTBEAT_INTERVAL_S) as heartbeat:
         with warnings.catch_warnings():  # Optuna's note that heartbeats are meant for Study.optimize
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
@@ -186,6 +186,7 @@ class _Parts:
     executor: RayExecutor | None
     backend: str
     sync: Callable[[], None]
+    started: float  # perf_counter before the census (an exact answer's time is the census's)
 
 
 def _answer(mode: str, opts: SearchOptions, p: _Parts, heartbeat: HeartbeatKeeper,
@@ -201,7 +202,8 @@ def _answer(mode: str, opts: SearchOptions, p: _Parts, heartbeat: HeartbeatKeepe
         seeds = [seed_candidate(p.space, p.catalog, text) for text in opts.seed_plans]
         exact = exact_search(p.space, census, p.objectives, p.cache, opts.top, seeds)
         p.sync()
-        stats = LoopStats(told=exact.recorded, stop_reason="exact census")
+        stats = LoopStats(told=exact.recorded, stop_reason="exact census",
+                          elapsed_s=time.perf_counter() - p.started)
         return census_answer(mode, stats, p.cache, census, p.objectives, p.backend, [exact.line])
     if mode == "confirm":
         assert p.executor is not None
