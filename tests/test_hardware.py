@@ -33,6 +33,7 @@ needs_reference = pytest.mark.skipif(not REF_CONFIGS.is_dir(), reason="../shared
 # GPUs per NVLink domain, scale-out GB/s per GPU).
 SPEC = {
     "a100-80g": (312, 80, 300, 8, 25),
+    "a100-80g-jeanzay": (312, 80, 300, 8, 6.25),
     "h100-sxm": (989.4, 80, 450, 8, 50),
     "h200-sxm": (989.4, 141, 450, 8, 50),
     "b200": (2250, 180, 900, 8, 50),
