@@ -33,6 +33,7 @@ needs_reference = pytest.mark.skipif(not REF_CONFIGS.is_dir(), reason="../shared
 # GPUs per NVLink domain, scale-out GB/s per GPU).
 SPEC = {
     "a100-80g": (312, 80, 300, 8, 25),
+    "a100-80g-jeanzay": (312, 80, 300, 8, 6.25),
     "h100-sxm": (989.4, 80, 450, 8, 50),
     "h200-sxm": (989.4, 141, 450, 8, 50),
     "b200": (2250, 180, 900, 8, 50),
@@ -163,7 +164,7 @@ def test_bad_files_name_the_field(tmp_path: Path, edit, match: str) -> None:  # 
 
 def test_unknown_preset_lists_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"unknown hardware preset 'h100'; did you mean 'h100-sxm'\? "
-                                          r"known presets: a100-80g, b200, .*mi300x"):
+                                          r"known presets: a100-80g, a100-80g-jeanzay, b200, .*mi300x"):
         load_hardware("h100")
     with pytest.raises(ConfigError, match="hardware file 'nowhere/x.yaml' not found"):
         load_hardware("nowhere/x.yaml")

@@ -55,6 +55,11 @@ class FrameworkProfile:
     gathers FSDP parameters once per step and keeps them (and unreduced
     gradients) until the last micro-batch's backward, as PyTorch's pipelining
     stages do for FSDP2 modules; ZeRO-3 then costs what ZeRO-1 does.
+    ``selective_recompute`` is what the stack's selective checkpointing keeps:
+    ``attention`` (Megatron: only the attention core is re-run, nothing with a
+    fused flash kernel) or ``op`` (torchtitan's op-level policy: matmul outputs
+    are saved except every second one, attention and reduce-scatters are
+    saved, everything else is re-run).
     """
 
     name: str
@@ -78,6 +83,7 @@ class FrameworkProfile:
     zero3_prefetch: bool = True
     moe_shared_expert_overlap: bool = False
     fsdp_unsharded_across_microbatches: bool = False
+    selective_recompute: Literal["attention", "op"] = "attention"
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -83,11 +83,12 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in fwd.ops]
         bwd_ops = [op for op in bwd_ops if "regather_of" not in op.attrs]
         saved = {x.uid: x}
-    elif layer and recompute == "selective" and arch.attention == "eager":
-        region = [op for op in fwd.ops if op.region == "attn_core"]
+    elif layer and recompute == "selective" and (arch.attention == "eager" or arch.selective == "op"):
+        region = selective_region(fwd.ops, arch.selective)
         produced = {t.uid for op in region for t in op.outputs}
-        # tensors the region hands to the rest of the layer stay saved; only its internals go
-        produced -= {t.uid for op in fwd.ops if op.region != "attn_core" for t in op.inputs}
+        if arch.selective == "attention":
+            # tensors the region hands to the rest of the layer stay saved; only its internals go
+            produced -= {t.uid for op in fwd.ops if op.region != "attn_core" for t in op.inputs}
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in region]
         bwd_ops = [op for op in bwd_ops if op.attrs.get("regather_of") not in produced]
         saved = {uid: t for uid, t in saved.items() if uid not in produced}
@@ -105,6 +106,29 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
         saved=tuple({t.uid: t for t in saved.values()}.values()),
         working_set=tuple(back.saved.values()), input=x, output=y,
         wgrad=weight_gradient_ops(list(phases[1]), {t.uid for t in weight_grads}))
+
+
+def selective_region(ops, policy: str) -> list:
+    """The forward ops selective recompute re-runs under the stack's policy.
+
+    ``attention``: the attention core (Megatron-LM's selective recomputation).
+    ``op``: torchtitan's op-level policy: matmul outputs are kept except every
+    second matmul's, attention outputs and reduce-scatters are kept, every
+    other op (norms, activations, residual adds, rotary, all-gathers) re-runs.
+    """
+    if policy == "attention":
+        return [op for op in ops if op.region == "attn_core"]
+    region, matmuls = [], 0
+    for op in ops:
+        if op.kind == "matmul":
+            matmuls += 1
+            if matmuls % 2 == 0:
+                region.append(op)
+        elif op.kind in ("attention", "view") or (op.collective is not None and op.collective.kind == "reduce_scatter"):
+            continue
+        else:
+            region.append(op)
+    return region
 
 
 def weight_gradient_ops(bwd: list[Op], wgrad_uids: set[int]) -> tuple[bool, ...]:
@@ -158,4 +182,5 @@ def arch_of(model, plan) -> Arch:
                 tied=model.tied_embeddings, shared_experts=model.shared_experts > 0, sp=plan.sp,
                 fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity,
                 attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
-                cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0)
+                cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0,
+                selective=stack.selective_recompute)

@@ -43,6 +43,7 @@ class Arch:
     q_lora: bool = False  # MLA queries through a low-rank bottleneck
     cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses)
     moe_overlap: bool = False  # shared experts computed while the dispatch all-to-all is in flight
+    selective: str = "attention"  # what selective recompute re-runs: attention (core) | op (torchtitan policy)
 
 
 def ulysses_scatter(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...], heads_dim: int) -> tuple[Tensor, ...]:

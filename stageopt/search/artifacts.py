@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from stageopt.console import render_rows
 from stageopt.errors import StageoptError
-from stageopt.search.cache import KEY_ATTR, spent_simulation, trial_outcome
+from stageopt.search.cache import KEY_ATTR, simulated_key, trial_outcome
 from stageopt.search.driver import best_outcomes
 from stageopt.search.journal import os_error_line
 from stageopt.search.objective import FAILED, Objective, Outcome
@@ -128,7 +128,7 @@ def stored_summary(study: optuna.Study, last: Any, run_dir: Path, meta: dict[str
     head = dict(last) if isinstance(last, dict) else {"study": study.study_name, "backend": meta["backend"],
                                                       "objectives": list(meta["objectives"])}
     trials = study.get_trials(deepcopy=False)
-    simulated = {key for t in trials if (key := spent_simulation(t)) is not None}  # as the search counts them
+    simulated = {k for t in trials if t.state.is_finished() and (k := simulated_key(t)) is not None}
     head.update(run_dir=str(run_dir), trials=len(trials), simulations=len(simulated),
                 space=head.get("space") or meta.get("space", {}).get("name", ""))
     return head

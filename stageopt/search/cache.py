@@ -48,10 +48,14 @@ def _simulated(t: FrozenTrial) -> bool:
     return bool(old.get("simulated")) if isinstance(old, dict) else bool(t.user_attrs.get("simulated"))
 
 
-def spent_simulation(t: FrozenTrial) -> str | None:
-    """The plan a finished trial spent a simulation on, as the budget counts it (None: none): a trial
-    failed as stale may hold half its attributes and does not count; a simulator failure does."""
-    outcome = trial_outcome(t) if t.state.is_finished() else None
+def simulated_key(t: FrozenTrial) -> str | None:
+    """The plan key a finished trial spent a simulation on, as the budget counts it (None: it did not).
+
+    A trial failed as stale may hold the result its dead worker recorded before Optuna's tell; that
+    result was never told, so it does not count (its plan is free to be simulated again). A simulator
+    crash told as FAILED does count.
+    """
+    outcome = trial_outcome(t)
     if outcome is None or outcome.status == INVALID or not _simulated(t):
         return None
     if t.state == TrialState.FAIL and outcome.status != FAILED:

@@ -89,3 +89,17 @@ def test_bad_framework_on_the_cli_is_one_line_exit_2(capsys):
     assert main(["inspect", "--model", "llama3-8b", "--plan", "tp=2", "--framework", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown framework 'nope'" in err
+
+
+def test_torchtitan_selective_reruns_every_second_matmul_and_the_elementwise_ops():
+    """torchtitan's op-level selective checkpointing: of a Llama layer's 7 matmuls (q k v o, w1 w3 w2)
+    the 2nd, 4th and 6th are recomputed; Megatron's selective with flash attention re-runs nothing."""
+    from stageopt.workload.stats import stage_stats
+    m = load_model("llama3-8b", ["layers=2"])
+    h, s, ffn, kv = m.hidden, m.seq, m.ffn, m.kv_heads * (m.hidden // m.heads)
+    plan = Plan.parse("tp=1 pp=1 dp=1 mbs=1 gbs=1 recompute=selective")
+    titan = stage_stats(build_workload(m, plan.replace(framework=load_profile("torchtitan"))), 0)
+    per_layer = 2 * s * (h * kv + h * h + h * ffn)  # k, o and w3 forward again
+    assert titan.flops["recompute"] == pytest.approx(2 * per_layer, rel=1e-9)
+    megatron = stage_stats(build_workload(m, plan.replace(framework=load_profile("megatron-core"))), 0)
+    assert megatron.flops["recompute"] == 0
