@@ -22,8 +22,10 @@ its only meaning:
    shard: zero=0.
 6. Sequence parallelism and TP-communication overlap need TP: with tp=1, sp=off and
    tp_overlap=off (the plan already drops sp itself).
-7. With flash attention (the stack's, else the model's), selective recompute has
+7. With flash attention (the stack's, else the model's) and Megatron's meaning of
+   selective (the stack's ``selective_recompute: attention``), selective recompute has
    nothing to drop (the score matrix is never stored): recompute=selective is none.
+   torchtitan's op-level policy re-runs matmuls and elementwise ops: not merged.
 8. With cp=1 there is no K/V to exchange: cp_comm=all_gather (the plan does it too).
 9. Shared-expert overlap hides the dispatch under the shared experts; a model without
    shared experts has nothing to overlap: moe_overlap=off.
@@ -137,7 +139,7 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["sp"] = False if v["sp"] is not None else None
         v["tp_overlap"] = False if v["tp_overlap"] is not None else None
     attention = framework.attention if framework.attention is not None else model.attention
-    if attention == "flash" and v["recompute"] == "selective":
+    if attention == "flash" and framework.selective_recompute == "attention" and v["recompute"] == "selective":
         v["recompute"] = "none"
     if cp == 1:
         v["cp_comm"] = "all_gather"

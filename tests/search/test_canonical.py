@@ -47,6 +47,22 @@ def test_selective_differs_from_none_with_eager_attention() -> None:
     assert sel.peak_memory_gib < none.peak_memory_gib
 
 
+def test_selective_is_kept_where_the_stack_reruns_ops_with_flash_attention() -> None:
+    """torchtitan's op-level selective checkpointing costs time even with flash attention: not merged."""
+    from stageopt.frameworks import load_profile
+    from stageopt.model import load_model
+    from stageopt.search.candidate import canonical
+    from stageopt.search.dimensions import PLAN_DEFAULTS
+    values = {**PLAN_DEFAULTS, "tp": 2, "pp": 2, "recompute": "selective", "gbs": 32}
+    model = load_model("llama3-8b")
+    assert canonical(values, 16, model, load_profile("torchtitan"))["recompute"] == "selective"
+    assert canonical(values, 16, model, load_profile("megatron-core"))["recompute"] == "none"
+    plan = f"tp=2 pp=2 {BASE}"
+    _, sel = simulate_plan("llama3-8b", plan + " recompute=selective", 16, model_set=["seq=4096"], framework="torchtitan")
+    _, none = simulate_plan("llama3-8b", plan + " recompute=none", 16, model_set=["seq=4096"], framework="torchtitan")
+    assert sel.iteration_time_s > none.iteration_time_s and sel.peak_memory_gib < none.peak_memory_gib
+
+
 @pytest.mark.parametrize("name", ["default", "mixtral-ep", "llama3-405b-cp"])
 def test_census_equals_one_candidate_per_combination(name: str) -> None:
     """The vectorized enumeration keeps exactly the canonical candidates the plain per-combination path builds."""
