@@ -44,7 +44,7 @@ from stageopt.search.ranking import (
 )
 from stageopt.search.refine import neighbours
 from stageopt.search.space import SearchSpace, encode_choices
-from stageopt.search.workers import HeartbeatKeeper, ask_owned
+from stageopt.search.workers import HeartbeatKeeper, ask_beaten
 from stageopt.sim.base import Estimate
 
 
@@ -195,11 +195,7 @@ class SearchLoop:
 
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
-        if self.heartbeat is None:
-            return self.study.ask()
-        trial = ask_owned(self.study, self.heartbeat.owner)
-        self.heartbeat.add(trial._trial_id)
-        return trial
+        return ask_beaten(self.study, self.heartbeat)
 
     def _step(self, trials: list[optuna.trial.Trial]) -> None:
         """Screen the batch in one vectorized call, claim its plans in the study, then tell or dispatch each."""

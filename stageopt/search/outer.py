@@ -35,7 +35,7 @@ from stageopt.search.executors import RayExecutor
 from stageopt.search.objective import FAILED, INVALID, OOM, Objective, Outcome, estimate_outcome, failed_outcome, invalid_outcome
 from stageopt.search.space import SearchSpace
 from stageopt.search.strategy import Answer
-from stageopt.search.workers import HeartbeatKeeper, ask_owned
+from stageopt.search.workers import HeartbeatKeeper, ask_beaten
 from stageopt.sim.base import Estimate
 
 Settled = tuple[Outcome, "dict[str, Value] | None"]
@@ -115,11 +115,7 @@ class OuterLoop:
 
     def _ask(self) -> optuna.trial.Trial:
         self.stats.asks += 1
-        if self.heartbeat is None:
-            return self.study.ask()
-        trial = ask_owned(self.study, self.heartbeat.owner)
-        self.heartbeat.add(trial._trial_id)
-        return trial
+        return ask_beaten(self.study, self.heartbeat)
 
     def _best(self, chosen: dict[str, Value]) -> Settled:
         try:

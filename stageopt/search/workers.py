@@ -130,6 +130,15 @@ def ask_owned(study: optuna.Study, owner: str, params: dict | None = None,
     return optuna.trial.Trial(study, trial_id)
 
 
+def ask_beaten(study: optuna.Study, heartbeat: "HeartbeatKeeper | None") -> optuna.trial.Trial:
+    """A new trial; with a heartbeat keeper, owned from its creation and beaten for from then on."""
+    if heartbeat is None:
+        return study.ask()
+    trial = ask_owned(study, heartbeat.owner)
+    heartbeat.add(trial._trial_id)
+    return trial
+
+
 class HeartbeatKeeper:
     """One thread that refreshes the heartbeat of every trial this process is running.
 
