@@ -42,16 +42,19 @@ def stat(pid):
         return None
 
 
+# Every process now under root joins known; the walk goes through the ones known already (a raylet
+# recorded before it started its agents must still lead to them).
 def descendants(root, known):
     parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (st := stat(entry)) is not None:
             parents[int(entry)] = st
-    frontier = [root]
+    frontier, seen = [root], {root, os.getpid()}
     while frontier:
         pid = frontier.pop()
         for child, (ppid, start) in parents.items():
-            if ppid == pid and child not in known and child != os.getpid():
+            if ppid == pid and child not in seen:
+                seen.add(child)
                 known[child] = start
                 frontier.append(child)
 
