@@ -35,6 +35,7 @@ SPEC = {
     "a100-80g": (312, 80, 300, 8, 25),
     "a100-80g-jeanzay": (312, 80, 300, 8, 6.25),
     "h100-sxm": (989.4, 80, 450, 8, 50),
+    "h100-grand-teton": (989.4, 96, 450, 8, 50),
     "h200-sxm": (989.4, 141, 450, 8, 50),
     "b200": (2250, 180, 900, 8, 50),
     "gb200-nvl72": (2500, 186, 900, 72, 50),
@@ -47,6 +48,28 @@ SPEC = {
 
 def test_preset_list_is_the_yaml_files() -> None:
     assert list_hardware_presets() == sorted(SPEC)
+
+
+def test_a_power_limit_slows_tensor_cores_by_the_clock_law_and_leaves_hbm_alone() -> None:
+    """500 W on a 700 W H100: tensor-core kernels take (700/500)^0.63 = 1.236x as long (closed form);
+    a streaming kernel is HBM-bound and unchanged; MFU stays against the nominal peak."""
+    full = load_hardware("h100-sxm")
+    capped = apply_hw_overrides(full, ["gpu.power_limit_w=500"])
+    assert capped.gpu.clock_fraction() == pytest.approx((500 / 700) ** 0.63)
+    assert capped.gpu.peak("bf16") == full.gpu.peak("bf16")
+    gemm = (8192, 8192, 8192)
+    ratio = capped.gpu.matmul_time_s(*gemm) / full.gpu.matmul_time_s(*gemm)
+    launch = full.gpu.efficiency.launch_us * 1e-6
+    expected = ((full.gpu.matmul_time_s(*gemm) - launch) * (700 / 500) ** 0.63 + launch) / full.gpu.matmul_time_s(*gemm)
+    assert ratio == pytest.approx(expected, rel=1e-9)
+    assert capped.gpu.vector_time_s(1e9) == full.gpu.vector_time_s(1e9)
+    assert apply_hw_overrides(full, ["gpu.power_limit_w=800"]).gpu.clock_fraction() == 1.0  # above TDP: no boost
+
+
+def test_a_power_limit_without_a_tdp_is_refused_naming_the_field() -> None:
+    hw = load_hardware("h100-sxm")
+    with pytest.raises(ConfigError, match="power_limit_w needs tdp_w.*gpu.tdp_w"):
+        apply_hw_overrides(apply_hw_overrides(hw, ["gpu.tdp_w=700"]), ["gpu.power_limit_w=500", "gpu.tdp_w=null"])
 
 
 @pytest.mark.parametrize("name", sorted(SPEC))

@@ -76,7 +76,7 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     bandwidth = gpu.hbm_gbps * 1e9 * eff.memory_fraction
     memory = kern.nbytes / bandwidth
     lowp = (kern.precision != HIGH) & fp8
-    peak = np.where(lowp, gpu.peak("fp8") if fp8 else 1.0, gpu.peak(high)) * 1e12
+    peak = np.where(lowp, gpu.sustained_peak("fp8") if fp8 else 1.0, gpu.sustained_peak(high)) * 1e12
     fraction = np.where(lowp, eff.matmul.fraction(True), eff.matmul.fraction(False))
     shaped = kern.m * kern.n * kern.k * kern.batch > 0
     padded = np.where(shaped, gemm_padded_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
@@ -85,7 +85,7 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     cast = np.where(lowp & (kern.precision == LOWP_CAST),
                     launch + 2.0 * 2.0 * kern.m * kern.k * kern.batch / bandwidth, 0.0)
     matmul = launch + np.maximum(padded / (fraction * peak), memory) + cast
-    attn_peak = gpu.peak(high) * 1e12
+    attn_peak = gpu.sustained_peak(high) * 1e12
     attn_flops = kern.flops * np.where(kern.code == 2, 0.5, 1.0)
     attn_fraction = np.where(kern.backward, eff.attention_backward.peak_fraction, eff.attention_forward.peak_fraction)
     attn_fraction = attn_fraction * (eff.fa2_attention_scale if attention_kernel == "fa2" else 1.0)

@@ -30,6 +30,14 @@ from stageopt.inputs.limits import MAX_GPUS
 from stageopt.inputs.schema import bounds, check_fields
 
 DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
+
+# Tensor-core clock against board power under a power limit: clock ~ (limit / TDP) ** 0.63.
+# Why 0.63: NVIDIA's base clock is the clock a part guarantees at its board power under heavy load;
+# parts of one die at two board powers give the exponent: H100 SXM5 (700 W, 132 SMs, 1,590 MHz) and
+# H100 PCIe (350 W, 114 SMs, 1,125 MHz) hold 0.71 of the clock at 0.58 of the power per SM; A100 SXM4
+# (400 W, 1,275 MHz) and A100 PCIe 80GB (300 W, 1,065 MHz), both 108 SMs, 0.835 at 0.75: 0.63 both
+# times (datasheet clocks). Memory-bound kernels are not slowed (HBM has its own clock).
+POWER_CLOCK_EXPONENT = 0.63
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
 
 NodeTopology = Literal["switch", "fully_connected"]
@@ -71,9 +79,30 @@ class Gpu:
     efficiency: GpuEfficiency
     reserve_gib: float | None = field(default=None, metadata=bounds(
         ge=0, doc="HBM kept free per GPU (CUDA context, NCCL, allocator); null: stageopt.hardware.headroom default"))
+    tdp_w: float | None = field(default=None, metadata=bounds(
+        gt=0, doc="board power the efficiency fractions hold at (the part's default power limit)"))
+    power_limit_w: float | None = field(default=None, metadata=bounds(
+        gt=0, doc="enforced power limit below tdp_w (nvidia-smi -pl); null: tdp_w"))
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.power_limit_w is not None and self.tdp_w is None:
+            raise ConfigError(f"gpu {self.name}: power_limit_w needs tdp_w (the board power its efficiency "
+                              f"fractions hold at); set gpu.tdp_w")
+
+    def clock_fraction(self) -> float:
+        """Share of the TDP-level sustained clock the tensor cores keep under ``power_limit_w``.
+
+        See :data:`POWER_CLOCK_EXPONENT`; a limit at or above the TDP changes nothing.
+        """
+        if self.power_limit_w is None or self.tdp_w is None:
+            return 1.0
+        return min(1.0, self.power_limit_w / self.tdp_w) ** POWER_CLOCK_EXPONENT
+
+    def sustained_peak(self, dtype: DType = "bf16") -> float:
+        """Dense peak TFLOP/s at the clock the power limit allows (what kernels are priced against;
+        MFU stays against :meth:`peak`)."""
+        return self.peak(dtype) * self.clock_fraction()
 
     def memory_reserve_gib(self) -> float:
         """HBM kept free for what is not the plan's tensors (see :mod:`stageopt.hardware.headroom`)."""
@@ -102,7 +131,7 @@ class Gpu:
             return 0.0
         eff = self.efficiency
         padded = float(gemm_padded_flops(m, n, k, batch, eff.matmul.tile_m, eff.matmul.tile_n, self.sm_count))
-        compute = padded / (eff.matmul.fraction(dtype == "fp8") * self.peak(dtype) * 1e12)
+        compute = padded / (eff.matmul.fraction(dtype == "fp8") * self.sustained_peak(dtype) * 1e12)
         traffic = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
         return max(eff.launch_us * 1e-6 + max(compute, self.memory_time_s(traffic)), eff.host_us * 1e-6)
 
@@ -111,7 +140,7 @@ class Gpu:
         if flops <= 0:
             return 0.0
         eff = self.efficiency.attention_backward if backward else self.efficiency.attention_forward
-        device = self.efficiency.launch_us * 1e-6 + flops / (eff.peak_fraction * self.peak(dtype) * 1e12)
+        device = self.efficiency.launch_us * 1e-6 + flops / (eff.peak_fraction * self.sustained_peak(dtype) * 1e12)
         return max(device, self.efficiency.host_us * 1e-6)
 
     def vector_time_s(self, nbytes: float) -> float:

@@ -36,7 +36,7 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
 BACKWARD_TO_FORWARD = 0.75  # flash-attention backward vs forward throughput (FlashAttention-2/3 papers)
 FAMILIES: dict[str, tuple[str, ...]] = {
     "a100": ("a100-80g", "a100-80g-jeanzay"),
-    "hopper": ("h100-sxm", "h200-sxm"),
+    "hopper": ("h100-sxm", "h100-grand-teton", "h200-sxm"),
     "blackwell": ("b200", "gb200-nvl72"),
 }
 

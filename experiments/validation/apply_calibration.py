@@ -1,0 +1,59 @@
+"""Write the fitted values of ``calibration.json`` into the hardware presets of each family.
+
+Why a script: the presets in ``simulators/hardware/`` are commented YAML (every figure
+beside its source), so the fitted numbers are replaced in place, line by line, and the
+comments stay. Usage::
+
+    python experiments/validation/apply_calibration.py [family ...]   # default: every fitted family
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from stageopt.validation.calibrate import FAMILIES
+
+HERE = Path(__file__).resolve().parent
+PRESETS = HERE.parents[1] / "simulators" / "hardware"
+
+# fitted key -> the YAML text before its value
+PATTERNS = {
+    "gpu.efficiency.matmul.peak_fraction": r"(matmul: \{peak_fraction: )[0-9.]+",
+    "gpu.efficiency.matmul.fp8_peak_fraction": r"(fp8_peak_fraction: )[0-9.]+",
+    "gpu.efficiency.attention_forward.peak_fraction": r"(attention_forward: \{peak_fraction: )[0-9.]+",
+    "gpu.efficiency.attention_backward.peak_fraction": r"(attention_backward: \{peak_fraction: )[0-9.]+",
+    "gpu.efficiency.launch_us": r"(launch_us: )[0-9.]+",
+    "gpu.efficiency.host_us": r"(host_us: )[0-9.]+",
+}
+
+
+def _format(value: float) -> str:
+    return f"{value:.3g}" if value < 1 else f"{value:g}"
+
+
+def apply(family: str, hw_set: list[str]) -> None:
+    values = dict(item.split("=", 1) for item in hw_set)
+    for preset in FAMILIES[family]:
+        path = PRESETS / f"{preset}.yaml"
+        text = path.read_text()
+        for key, value in values.items():
+            if key not in PATTERNS:
+                raise SystemExit(f"calibration.json: {key} has no place in the presets; add it to PATTERNS")
+            text, found = re.subn(PATTERNS[key], lambda m: m.group(1) + _format(float(value)), text, count=1)
+            if found != 1:
+                raise SystemExit(f"{path.name}: no line for {key}")
+        path.write_text(text)
+        print(f"{preset}: {' '.join(hw_set)}")
+
+
+def main() -> None:
+    fitted = json.loads((HERE / "calibration.json").read_text())
+    for family in sys.argv[1:] or [f for f in FAMILIES if f in fitted]:
+        apply(family, fitted[family]["hw_set"])
+
+
+if __name__ == "__main__":
+    main()
