@@ -79,6 +79,8 @@ def _data_parallel(plan: Plan) -> dict[str, object]:
     if fsdp:
         out["ddp.data_parallel_sharding_strategy"] = "optim_grads" if plan.zero == 2 else "optim_grads_params"
         out["checkpoint.ckpt_format"] = "fsdp_dtensor"
+    if plan.dp_replicate > 1:  # HSDP: the distributed optimizer / Megatron-FSDP shards inside each copy
+        out["ddp.num_distributed_optimizer_instances"] = plan.dp_replicate
     overlap = bool(plan.dp_overlap) and plan.dp * plan.cp > 1
     out["ddp.overlap_grad_reduce"] = overlap
     out["ddp.overlap_param_gather"] = overlap and plan.zero >= 1

@@ -91,6 +91,8 @@ def _batch(model: ModelSpec, plan: Plan) -> list[Flag]:
 
 def _data_parallel(plan: Plan) -> list[Flag]:
     flags: list[Flag] = []
+    if plan.dp_replicate > 1:  # HSDP: the distributed optimizer / Megatron-FSDP shards inside each copy
+        flags.append(("--num-distributed-optimizer-instances", str(plan.dp_replicate)))
     if plan.zero == 1:
         flags.append(("--use-distributed-optimizer", None))
     elif plan.zero in (2, 3):

@@ -78,7 +78,7 @@ def _training(model: ModelSpec, plan: Plan) -> dict[str, Any]:
 
 
 def _parallelism(model: ModelSpec, plan: Plan, notes: list[str]) -> dict[str, Any]:
-    shard = plan.dp if plan.zero >= 2 else 1
+    shard = plan.shard_dp if plan.zero >= 2 else 1  # HSDP: shard inside a copy, replicate the copies
     out: dict[str, Any] = {"data_parallel_replicate_degree": plan.dp // shard, "data_parallel_shard_degree": shard,
                            "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
                            "context_parallel_degree": plan.cp}

@@ -53,6 +53,13 @@ class Plan:
     over CP ranks as Megatron-Core and Transformer Engine do it: the sequence
     is cut into 2*cp chunks, rank i holding chunks i and 2cp-1-i, so every rank
     does the same share (hence seq must divide by 2*cp).
+
+    Hybrid sharding (HSDP; torchtitan's ``data_parallel_shard_degree``,
+    Megatron-Core's ``--num-distributed-optimizer-instances``): ``dp_shard``
+    data-parallel ranks (with their CP ranks) share one copy of the ZeRO-sharded
+    states, and the ``dp / dp_shard`` copies are replicas whose gradients are
+    all-reduced after the reduce-scatter inside each copy. 0 (or ``dp``) shards
+    over all of dp.
     """
 
     dp: int = 1
@@ -78,6 +85,7 @@ class Plan:
     layout: str = ""
     cp_comm: str = "all_gather"
     moe_overlap: bool | None = None
+    dp_shard: int = 0
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -104,8 +112,27 @@ class Plan:
                                      f"got {shorten(getattr(self, name))}")
         self._check_pipeline_fields()
         self._check_context_fields()
+        self._check_sharding()
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
+
+    def _check_sharding(self) -> None:
+        shard = self.dp_shard
+        if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard <= self.dp:
+            raise InfeasiblePlan(f"plan field 'dp_shard' must be an integer in 0..dp={self.dp} (0 = all of dp), "
+                                 f"got {shorten(shard)}")
+        if shard in (0, self.dp):
+            object.__setattr__(self, "dp_shard", 0)
+            return
+        if self.dp % shard:
+            raise InfeasiblePlan(f"plan: dp_shard={shard} does not divide dp={self.dp}; the replicas "
+                                 f"must be whole, so pick dp_shard dividing dp")
+        if self.zero == 0:
+            raise InfeasiblePlan(f"plan: dp_shard={shard} shards ZeRO states, but zero=0 shards nothing; "
+                                 "set zero=1, 2 or 3, or drop dp_shard")
+        if self.ep > 1:
+            raise InfeasiblePlan(f"plan: dp_shard={shard} with ep={self.ep} (hybrid sharding of expert "
+                                 "states) is not modelled; use ep=1 or drop dp_shard")
 
     def _check_context_fields(self) -> None:
         if self.cp_comm not in CP_COMMS:
@@ -178,6 +205,16 @@ class Plan:
         return self.zero
 
     @property
+    def shard_dp(self) -> int:
+        """Data-parallel ranks that share one sharded copy of the ZeRO states (dp unless hybrid)."""
+        return self.dp_shard or self.dp
+
+    @property
+    def dp_replicate(self) -> int:
+        """Copies of the sharded states (1 unless hybrid sharding)."""
+        return self.dp // self.shard_dp
+
+    @property
     def edp(self) -> int:
         """Data-parallel degree of expert weights (dp / ep)."""
         return self.dp // self.ep
@@ -212,7 +249,8 @@ class Plan:
                  "embed_split=on" if self.embed_split else "", "loss_split=on" if self.loss_split else "",
                  f"layout={self.layout}" if self.layout else "",
                  f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
-                 "moe_overlap=on" if self.moe_overlap else ""]
+                 "moe_overlap=on" if self.moe_overlap else "",
+                 f"dp_shard={self.dp_shard}" if self.dp_shard else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod
@@ -255,7 +293,7 @@ def _within_bound(name: str, value: int) -> None:
         raise InfeasiblePlan(str(err)) from None
 
 
-_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers")
+_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)
@@ -265,7 +303,8 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "account_for_loss_in_pipeline_split": "loss_split",
             "pipeline_model_parallel_layout": "layout", "cp_comm_type": "cp_comm",
             "moe_shared_expert_overlap": "moe_overlap",
-            "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp"}
+            "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
+            "data_parallel_shard_degree": "dp_shard"}  # torchtitan's name
 
 
 def parse_plan_fields(text: str) -> dict[str, object]:

@@ -3,9 +3,11 @@
 Ranks are numbered with TP innermost (so a TP group sits inside one node),
 then CP, then DP (whose inner factor is EP), and PP outermost:
 ``rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))`` with
-``dp_i = ep_i + ep * edp_i``. A group is the set of ranks that differ only in
-the coordinates of its axes. Groups of one rank are never produced: an axis of
-degree 1 has no group.
+``dp_i = ep_i + ep * edp_i``, and ``edp_i = dps_i + dps * dpr_i`` where hybrid
+sharding (``Plan.dp_shard``) cuts data parallelism into shards (inner, ``dps``)
+and their replicas (outer, ``dpr``; degree 1 unless hybrid). A group is the
+set of ranks that differ only in the coordinates of its axes. Groups of one
+rank are never produced: an axis of degree 1 has no group.
 """
 
 from __future__ import annotations
@@ -15,26 +17,36 @@ import numpy as np
 from stageopt.parallel.plan import Plan
 
 # Group kinds and the coordinate axes they span. "dp_cp" reduces dense
-# gradients; "edp_cp" reduces expert gradients; "ep" carries all-to-alls.
+# gradients; "edp_cp" reduces expert gradients; "ep" carries all-to-alls;
+# with hybrid sharding "shard_cp" holds one sharded copy of the dense states
+# and "replicate" all-reduces across the copies.
 GROUP_AXES: dict[str, tuple[str, ...]] = {
     "tp": ("tp",),
     "cp": ("cp",),
     "ep": ("ep",),
-    "dp": ("ep", "edp"),
-    "edp": ("edp",),
+    "dp": ("ep", "dps", "dpr"),
+    "edp": ("dps", "dpr"),
     "pp": ("pp",),
-    "dp_cp": ("cp", "ep", "edp"),
-    "edp_cp": ("cp", "edp"),
-    "tp_dp_cp": ("tp", "cp", "ep", "edp"),
-    "tp_edp_cp": ("tp", "cp", "edp"),
+    "dp_cp": ("cp", "ep", "dps", "dpr"),
+    "edp_cp": ("cp", "dps", "dpr"),
+    "tp_dp_cp": ("tp", "cp", "ep", "dps", "dpr"),
+    "tp_edp_cp": ("tp", "cp", "dps", "dpr"),
+    "shard_cp": ("cp", "ep", "dps"),
+    "replicate": ("dpr",),
 }
-_COORD_ORDER = ("tp", "cp", "ep", "edp", "pp")
+_COORD_ORDER = ("tp", "cp", "ep", "dps", "dpr", "pp")
 
 
+def axis_degrees(plan: Plan) -> dict[str, int]:
+    """Degree of every coordinate axis of the rank layout."""
+    return {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "dps": plan.edp // plan.dp_replicate,
+            "dpr": plan.dp_replicate, "pp": plan.pp}
 
 
-def _degrees(plan: Plan) -> dict[str, int]:
-    return {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "edp": plan.edp, "pp": plan.pp}
+def dense_dp_groups(plan: Plan) -> tuple[str, str]:
+    """Where dense gradients are reduced: the group that shards them, and the group that then
+    all-reduces the shards across replicas ("" without hybrid sharding)."""
+    return ("shard_cp", "replicate") if plan.dp_replicate > 1 else ("dp_cp", "")
 
 
 def coords_of(plan: Plan, rank: int) -> dict[str, int]:
@@ -42,9 +54,10 @@ def coords_of(plan: Plan, rank: int) -> dict[str, int]:
     out: dict[str, int] = {}
     rest = rank
     for axis in _COORD_ORDER:
-        deg = _degrees(plan)[axis]
+        deg = axis_degrees(plan)[axis]
         out[axis] = rest % deg
         rest //= deg
+    out["edp"] = out["dps"] + axis_degrees(plan)["dps"] * out["dpr"]
     out["dp"] = out["ep"] + plan.ep * out["edp"]
     return out
 
@@ -53,12 +66,12 @@ def rank_of(plan: Plan, coords: dict[str, int]) -> int:
     rank, stride = 0, 1
     for axis in _COORD_ORDER:
         rank += coords.get(axis, 0) * stride
-        stride *= _degrees(plan)[axis]
+        stride *= axis_degrees(plan)[axis]
     return rank
 
 
 def group_size(plan: Plan, kind: str) -> int:
-    return int(np.prod([_degrees(plan)[a] for a in GROUP_AXES[kind]]))
+    return int(np.prod([axis_degrees(plan)[a] for a in GROUP_AXES[kind]]))
 
 
 def group_members(plan: Plan, kind: str, rank: int) -> list[int]:
@@ -66,7 +79,7 @@ def group_members(plan: Plan, kind: str, rank: int) -> list[int]:
     base = coords_of(plan, rank)
     axes = GROUP_AXES[kind]
     members = [rank_of(plan, {**base, **dict(zip(axes, idx))})
-               for idx in np.ndindex(*[_degrees(plan)[a] for a in axes])]
+               for idx in np.ndindex(*[axis_degrees(plan)[a] for a in axes])]
     return sorted(members)
 
 
@@ -78,7 +91,7 @@ def all_groups(plan: Plan, kind: str) -> np.ndarray:
     size = group_size(plan, kind)
     if size == 1:
         return np.zeros((0, 1), dtype=np.int64)
-    degs = _degrees(plan)
+    degs = axis_degrees(plan)
     # grid[pp, edp, ep, cp, tp] holds the rank; move the group's axes last.
     shape = [degs[a] for a in reversed(_COORD_ORDER)]
     grid = np.arange(plan.gpus, dtype=np.int64).reshape(shape)
@@ -102,7 +115,7 @@ def group_stride(plan: Plan, kind: str) -> int:
     """
     stride = 1
     axes = GROUP_AXES[kind]
-    degrees = _degrees(plan)
+    degrees = axis_degrees(plan)
     for axis in _COORD_ORDER:
         if axis in axes and degrees[axis] > 1:
             return stride

@@ -29,7 +29,9 @@ class GradSync:
     """Mixin of the stage builder: ZeRO-3 gathers and scatters, DP buckets, optimizer, ZeRO 1-2 gathers.
 
     Expects ``plan``, ``work``, ``stage``, ``sizes``, ``params``, ``options``,
-    ``b`` (the node builder), ``pending``, ``issued`` and ``reductions``.
+    ``b`` (the node builder), ``pending``, ``issued``, ``reductions``, ``dp_groups``
+    (the dense and expert reduction groups) and ``replicas`` (with hybrid sharding, the
+    group that all-reduces each dense shard across the copies; else "").
     """
 
     def zero3_gathers(self, kind: str, deps: tuple[int, ...], label: str) -> dict[str, int]:
@@ -37,7 +39,7 @@ class GradSync:
         if self.plan.step_zero < 3:
             return {}
         out: dict[str, int] = {}
-        for group, pgroup in zip(DP_GROUPS, ("dense", "expert")):
+        for group, pgroup in zip(self.dp_groups, ("dense", "expert")):
             size, params = self.sizes[group], self.params[kind].of_group(group)
             if size > 1 and params:
                 out[pgroup] = self.b.add(f"{label}:zero3_gather_{pgroup}", COLL, "zero3", deps,
@@ -48,12 +50,22 @@ class GradSync:
     def zero3_scatters(self, kind: str, deps: tuple[int, ...], label: str) -> None:
         if self.plan.step_zero < 3:
             return
-        for group in DP_GROUPS:
+        for group in self.dp_groups:
             size, params = self.sizes[group], self.params[kind].of_group(group)
             if size > 1 and params:
-                self.reductions.append(self.b.add(
-                    f"{label}:zero3_scatter_{group}", COLL, "zero3", deps, collective="reduce_scatter",
-                    group=group, group_size=size, comm_size=params * self.plan.grad_bytes))
+                scatter = self.b.add(f"{label}:zero3_scatter_{group}", COLL, "zero3", deps,
+                                     collective="reduce_scatter", group=group, group_size=size,
+                                     comm_size=params * self.plan.grad_bytes)
+                self.reductions.append(self.across_replicas(scatter, group, params, size, "zero3"))
+
+    def across_replicas(self, scatter: int, group: str, params: int, size: int, stream: str) -> int:
+        """With hybrid sharding, the all-reduce of a dense shard across the copies after its
+        reduce-scatter; returns the node the reduction ends with."""
+        if not self.replicas or group != self.dp_groups[0]:
+            return scatter
+        return self.b.add(f"{self.b.nodes[scatter].name}:replicas", COLL, stream, (scatter,),
+                          collective="all_reduce", group=self.replicas, group_size=self.sizes[self.replicas],
+                          comm_size=ceil_div(params * self.plan.grad_bytes, size))
 
     # -- gradient sync -----------------------------------------------------------
     def bucket_block(self, kind: str, where: str, done: tuple[int, ...]) -> None:
@@ -84,12 +96,12 @@ class GradSync:
         if plan.step_zero >= 3:
             return
         kind = "all_reduce" if plan.step_zero == 0 else "reduce_scatter"
-        for group in DP_GROUPS:
+        for group in self.dp_groups:
             size, params = self.sizes[group], p.of_group(group)
             if size > 1 and params:
-                self.reductions.append(self.b.add(f"{bucket.name}:{kind}_{group}", COLL, "dp", deps,
-                                                  collective=kind, group=group, group_size=size,
-                                                  comm_size=params * plan.grad_bytes))
+                reduced = self.b.add(f"{bucket.name}:{kind}_{group}", COLL, "dp", deps, collective=kind,
+                                     group=group, group_size=size, comm_size=params * plan.grad_bytes)
+                self.reductions.append(self.across_replicas(reduced, group, params, size, "dp"))
 
     def finish(self) -> None:
         """Remaining buckets, the optimizer step, then ZeRO 1-2 parameter gathers."""
@@ -106,7 +118,7 @@ class GradSync:
         if plan.step_zero not in (1, 2):
             return
         for bucket in self.issued:
-            for group in DP_GROUPS:
+            for group in self.dp_groups:
                 size, params = self.sizes[group], bucket.params.of_group(group)
                 if size > 1 and params:
                     self.b.add(f"{bucket.name}:all_gather_{group}", COLL, "dp", (opt,), collective="all_gather",

@@ -19,9 +19,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.ranks import GROUP_AXES, all_groups
+from stageopt.parallel.ranks import GROUP_AXES, all_groups, axis_degrees
 
-KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "edp", "pp", "tp_dp_cp", "tp_edp_cp")
+KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "edp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate")
 TIER_PARTS = ("", "node", "nodes")  # a whole group, its members in one node, one member per node
 
 
@@ -63,7 +63,7 @@ class GroupTable:
     """Group ids of the kinds in use; ``id_of(kind, rank)`` and the comm-group file contents."""
 
     def __init__(self, plan: Plan, kinds: Iterable[str], node_gpus: int = 1) -> None:
-        degrees = {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "edp": plan.edp, "pp": plan.pp}
+        degrees = axis_degrees(plan)
         self._ids: dict[str, np.ndarray] = {}
         self._rows: list[np.ndarray] = []  # member arrays, one per distinct kind, in id order
         self._first: list[int] = []  # id of the first group of each member array

@@ -22,8 +22,9 @@ class BlockParams:
     tp_partial: int  # parameters whose gradient is a partial sum over TP (sequence-parallel norms)
 
     def of_group(self, group: str) -> int:
-        """Parameters reduced on ``group`` (``dp_cp`` dense, ``edp_cp`` expert)."""
-        return self.dense if group == "dp_cp" else self.expert
+        """Parameters reduced on ``group`` (``edp_cp`` expert; the dense group, ``dp_cp`` or with
+        hybrid sharding ``shard_cp``, dense)."""
+        return self.expert if group == "edp_cp" else self.dense
 
 
 def block_params(work: Workload, kind: str) -> BlockParams:

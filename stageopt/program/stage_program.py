@@ -57,7 +57,7 @@ from stageopt.graph.block import arch_of
 from stageopt.graph.fusion import group_label
 from stageopt.graph.symbols import symbol_values
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
-from stageopt.parallel.ranks import group_size
+from stageopt.parallel.ranks import dense_dp_groups, group_size
 from stageopt.parallel.schedule import Step, stage_order
 from stageopt.program.block_ops import BlockOps, OpShape, block_ops
 from stageopt.program.grad_sync import DP_GROUPS, Bucket, GradSync
@@ -130,7 +130,12 @@ class _StageBuilder(GradSync):
         self.ops: dict[str, BlockOps] = {k: block_ops(k, arch, self.plan.recompute) for k in kinds}
         self.vals: dict[str, list[int]] = {k: b.evaluate(sym).tolist() for k, b in self.ops.items()}  # plain ints: hot loop
         self.params = {k: block_params(work, k) for k in kinds}
-        self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *DP_GROUPS)}
+        shard_group, replicas = dense_dp_groups(self.plan)
+        self.dp_groups = (shard_group, "edp_cp")  # dense then expert gradients (see GradSync)
+        self.replicas = replicas
+        self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *self.dp_groups, *DP_GROUPS)}
+        if replicas:
+            self.sizes[replicas] = group_size(self.plan, replicas)
         self.b = _Builder()
         plan = self.plan
         self.n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)

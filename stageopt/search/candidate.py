@@ -29,6 +29,8 @@ its only meaning:
 8. With cp=1 there is no K/V to exchange: cp_comm=all_gather (the plan does it too).
 9. Shared-expert overlap hides the dispatch under the shared experts; a model without
    shared experts has nothing to overlap: moe_overlap=off.
+10. Hybrid sharding over a copy as large as dp (or larger: the copy cannot exceed dp)
+    is plain sharding, and without ZeRO there is nothing to shard: dp_shard=0.
 
 Choices that cannot run (divisibility, degrees that do not multiply to the GPU
 count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
@@ -145,6 +147,9 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["cp_comm"] = "all_gather"
     if not model.shared_experts:
         v["moe_overlap"] = False
+    zero = v["zero"] if v["zero"] is not None else framework.default_zero(dp, cp)
+    if int(v["dp_shard"]) >= dp or zero == 0:  # type: ignore[arg-type]
+        v["dp_shard"] = 0
     return v
 
 

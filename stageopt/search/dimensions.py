@@ -44,6 +44,7 @@ BACKENDS = ("analytical", "replay", "astra-sim", "astra-sim-aware")
 # Megatron-Core's uneven-split layer counts (--decoder-first/last-pipeline-num-layers): 0 means unset
 LAYER_COUNTS = {"first_layers": (10**6, "a stage holds at most every layer")}
 LAYER_COUNTS["last_layers"] = LAYER_COUNTS["first_layers"]
+LAYER_COUNTS["dp_shard"] = (MAX_COUNT, "a share of the data-parallel ranks")  # 0 means all of dp
 
 
 def plan_fields() -> dict[str, Any]:
@@ -90,7 +91,9 @@ def _plan_int(name: str, item: Any, where: str) -> int:
     low = 0 if name in LAYER_COUNTS else 1
     high, why = LAYER_COUNTS.get(name) or PLAN_BOUNDS.get(name, (MAX_COUNT, ""))
     if isinstance(item, bool) or not isinstance(item, int) or item < low:
-        kind = f"a layer count in 0..{high} (0: unset)" if low == 0 else "a positive integer"
+        kind = "a positive integer"
+        if low == 0:
+            kind = "a rank count (0: all of dp)" if name == "dp_shard" else f"a layer count in 0..{high} (0: unset)"
         raise ConfigError(f"{where}: {shorten(item)} is not {kind}")
     return check_count(item, where, low=low, high=high, why=why)
 

@@ -43,6 +43,7 @@ SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "
 def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays = {f: np.array([getattr(p, f) for p in plans], dtype=float) for f in FIELDS}
     arrays["zero"] = np.array([p.step_zero for p in plans], dtype=float)
+    arrays["shard_dp"] = np.array([p.shard_dp for p in plans], dtype=float)  # dp unless hybrid sharding
     arrays["schedule"] = np.array([SCHEDULE_CODE[p.schedule] for p in plans], dtype=float)
     arrays["dp_overlap"] = np.array([p.dp_overlap for p in plans], dtype=bool)
     arrays["tp_overlap"] = np.array([p.tp_overlap for p in plans], dtype=bool)

@@ -21,7 +21,9 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     dense, expert = stage_params(cost, comp, c)
     edp = c["dp"] / c["ep"]
     expert_stride = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])  # with cp = 1 expert-grad groups step over ep
-    groups = ((dense, c["dp"] * c["cp"], c["tp"]), (expert, edp * c["cp"], expert_stride))
+    shard = c["shard_dp"] * c["cp"]  # one sharded copy (all of dp unless hybrid sharding)
+    replicas = c["dp"] / c["shard_dp"]
+    groups = ((dense, shard, c["tp"]), (expert, edp * c["cp"], expert_stride))
     g_bytes, w_bytes = proto.grad_bytes, proto.dtype_bytes
     zero = c["zero"]
     layers = sum(n for k, n in comp.items() if k in cost)
@@ -34,6 +36,8 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     bucket = stack.grad_bucket(c["dp"] * c["cp"])
     grad_t = sum(np.where(zero == 0, sync("all_reduce", p, n, s, g_bytes, bucket),
                           sync("reduce_scatter", p, n, s, g_bytes, bucket)) for p, n, s in groups)
+    across = c["tp"] * shard  # hybrid sharding: each dense shard all-reduced over the copies
+    grad_t = grad_t + np.where(replicas > 1, sync("all_reduce", dense / shard, replicas, across, g_bytes, bucket), 0)
     gather_t = sum(np.where((zero >= 1) & (zero <= 2), sync("all_gather", p, n, s, w_bytes, bucket), 0)
                    for p, n, s in groups)
     bwd_one = sum(n * cost[k]["bwd"] for k, n in comp.items() if k in cost)
@@ -45,10 +49,12 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     bucket = stack.zero3_bucket_params
     gathers = sum(sync("all_gather", p, n, s, w_bytes, bucket, per_block=True) for p, n, s in groups)
     scatters = sum(sync("reduce_scatter", p, n, s, g_bytes, bucket, per_block=True) for p, n, s in groups)
+    scatters = scatters + np.where(replicas > 1, sync("all_reduce", dense / shard, replicas, across, g_bytes, bucket,
+                                                      per_block=True), 0)
     zero3_mb = np.where(zero >= 3, 2 * gathers + scatters, 0.0)
     zero3_first = np.where(zero >= 3, gathers / layers, 0.0)
-    shard = np.where(zero >= 1, 1.0, 0.0)
-    updated = dense / np.where(shard > 0, c["dp"] * c["cp"], 1) + expert / np.where(shard > 0, edp * c["cp"], 1)
+    sharded = zero >= 1
+    updated = dense / np.where(sharded, shard, 1) + expert / np.where(sharded, edp * c["cp"], 1)
     opt_bytes = updated * (ADAM_STATE_TRAFFIC + g_bytes + w_bytes)
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
     return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_first": zero3_first}

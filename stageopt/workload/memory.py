@@ -55,9 +55,10 @@ def stage_params(work: Workload, stage: int) -> tuple[float, float]:
 
 
 def shard_degrees(work: Workload) -> tuple[int, int]:
-    """Ranks that share (and can shard) dense and expert states under ZeRO."""
+    """Ranks that share (and can shard) dense and expert states under ZeRO (one copy's worth with
+    hybrid sharding)."""
     plan = work.plan
-    return plan.dp * plan.cp, plan.edp * plan.cp
+    return plan.shard_dp * plan.cp, plan.edp * plan.cp
 
 
 def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
-from stageopt.parallel.ranks import group_size
+from stageopt.parallel.ranks import dense_dp_groups, group_size
 from stageopt.workload.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
 from stageopt.workload.sharding import Workload
 
@@ -70,21 +70,28 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
     plan = work.plan
     out: list[CollectiveUse] = []
     dense, expert = stage_params(work, stage)
-    for group, params in (("dp_cp", dense), ("edp_cp", expert)):
+    shard_group, replicas = dense_dp_groups(plan)
+    for group, params in ((shard_group, dense), ("edp_cp", expert)):
         size = group_size(plan, group)
         if size == 1 or params == 0:
             continue
         grads, weights = params * plan.grad_bytes, params * plan.dtype_bytes
+        across = replicas if group == shard_group and replicas else ""
         if plan.step_zero == 0:
             out.append(CollectiveUse(group, "all_reduce", "dp", 1, grads, size))
         elif plan.step_zero in (1, 2):
             out += [CollectiveUse(group, "reduce_scatter", "dp", 1, grads, size),
                     CollectiveUse(group, "all_gather", "dp", 1, weights, size)]
+            if across:
+                out.append(CollectiveUse(across, "all_reduce", "dp", 1, grads / size, group_size(plan, across)))
         else:
             layers = sum(n for c in work.chunks[stage] for k, n in c.blocks.items()) or 1
             runs = sum(work.runs(c) * n for c in work.chunks[stage] for k, n in c.blocks.items()) or 1
             out += [CollectiveUse(group, "all_gather", "zero3", 2 * runs, weights / layers, size),
                     CollectiveUse(group, "reduce_scatter", "zero3", runs, grads / layers, size)]
+            if across:
+                out.append(CollectiveUse(across, "all_reduce", "zero3", runs, grads / layers / size,
+                                         group_size(plan, across)))
     tp_partial = work.stage_sum(stage, "local_dense_tp_partial") + work.stage_sum(stage, "local_expert_tp_partial")
     if tp_partial and plan.tp > 1:
         out.append(CollectiveUse("tp", "all_reduce", "dp", 1, tp_partial * plan.grad_bytes, plan.tp))

@@ -42,6 +42,7 @@ MEGATRON = {
     "--fp8-format": {"e4m3", "hybrid"}, "--grad-reduce-in-bf16": None,  # E
     "--attention-backend": {"flash", "fused", "unfused", "local", "auto"},  # E (values: C)
     "--attention-dropout": float, "--hidden-dropout": float,  # E
+    "--num-distributed-optimizer-instances": int,  # C: DistributedDataParallelConfig (HSDP with Megatron-FSDP too)
 }
 # torchtitan JobConfig sections and keys with their documented values
 # (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py; schedules from torch.distributed.pipelining).
@@ -85,6 +86,7 @@ BRIDGE = {
     "comm_overlap.tp_comm_overlap": bool,  # O
     "model.attention_dropout": float, "model.hidden_dropout": float,  # M
     "mixed_precision": {"bf16_mixed", "fp16_mixed", "bf16_with_fp8_current_scaling_mixed"},  # M, X
+    "ddp.num_distributed_optimizer_instances": int,  # F (HSDP across NVLink domains)
 }
 
 
@@ -112,6 +114,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("mixtral-8x7b", [], "tp=2 pp=1 ep=8 mbs=1 gbs=128 zero=3 dtype=bf16", 64),
     ("gpt3-175b", [], "tp=8 pp=8 mbs=1 gbs=512 zero=1 recompute=full dtype=fp16 tp_overlap=off", 512),
     ("llama2-7b", [], "tp=1 pp=1 mbs=4 gbs=32 dtype=fp32 zero=1", 8),
+    ("llama3-8b", [], "tp=2 pp=1 mbs=1 gbs=64 zero=3 dp_shard=4", 64),  # HSDP: 8 copies of 4-way shards
 ]
 
 

@@ -112,3 +112,23 @@ def test_uneven_split_with_pp_1_is_the_even_plan_not_an_error() -> None:
     flat = make_candidate(space, cat, space.complete({"pp": 1, "first_layers": 15}))
     assert flat.key == make_candidate(space, cat, space.complete({"pp": 1, "first_layers": 0})).key
     assert make_candidate(space, cat, space.complete({"pp": 2, "first_layers": 15})).plan.first_layers == 15
+
+
+def test_hybrid_sharding_over_all_of_dp_or_without_zero_is_the_plain_plan() -> None:
+    """Rule 10: dp_shard >= dp is sharding over all of dp (Plan resets dp_shard=dp itself and the merged
+    plans simulate identically on both backends); with zero=0 nothing is sharded."""
+    from stageopt.frameworks import load_profile
+    from stageopt.model import load_model
+    from stageopt.search.candidate import canonical
+    from stageopt.search.dimensions import PLAN_DEFAULTS
+    model, stack = load_model("llama3-8b"), load_profile("megatron-core")
+    values = {**PLAN_DEFAULTS, "tp": 2, "pp": 2, "gbs": 32, "zero": 1}
+    assert canonical({**values, "dp_shard": 8}, 16, model, stack)["dp_shard"] == 0  # dp = 4
+    assert canonical({**values, "dp_shard": 2}, 16, model, stack)["dp_shard"] == 2
+    assert canonical({**values, "dp_shard": 2, "zero": 0}, 16, model, stack)["dp_shard"] == 0
+    for simulator in (None, ReplaySimulator()):
+        _, ea = simulate_plan("llama3-8b", f"tp=2 pp=2 dp_shard=4 {BASE}", 16, model_set=["seq=4096"],
+                              simulator=simulator)
+        _, eb = simulate_plan("llama3-8b", f"tp=2 pp=2 {BASE}", 16, model_set=["seq=4096"], simulator=simulator)
+        assert ea.iteration_time_s == pytest.approx(eb.iteration_time_s, rel=1e-12)
+        assert ea.peak_memory_gib == pytest.approx(eb.peak_memory_gib, rel=1e-12)
