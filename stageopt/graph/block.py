@@ -183,4 +183,4 @@ def arch_of(model, plan) -> Arch:
                 fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity,
                 attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
                 cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0,
-                selective=stack.selective_recompute)
+                selective=stack.selective_recompute, expert_tp=plan.etp == 0)

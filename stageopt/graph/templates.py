@@ -44,6 +44,7 @@ class Arch:
     cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses)
     moe_overlap: bool = False  # shared experts computed while the dispatch all-to-all is in flight
     selective: str = "attention"  # what selective recompute re-runs: attention (core) | op (torchtitan policy)
+    expert_tp: bool = True  # routed experts split over TP (Megatron's expert TP = tp) or whole on every TP rank
 
 
 def ulysses_scatter(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...], heads_dim: int) -> tuple[Tensor, ...]:
@@ -180,7 +181,10 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
         b.region = "shared_expert"
         shared = _mlp_core(b, h, arch, NS * FE, "shared")
         b.region = ""
-    expert = Layout.of(ep=Split(0), tp=Split(2))
+    # Expert TP = tp splits each expert's width over the TP group; expert TP = 1 keeps experts whole on
+    # every TP rank, which then runs its own (sequence-parallel) tokens through them.
+    expert = Layout.of(ep=Split(0), tp=Split(2)) if arch.expert_tp else Layout.of(ep=Split(0))
+    expert_down = Layout.of(ep=Split(0), tp=Split(1)) if arch.expert_tp else Layout.of(ep=Split(0))
     fc1 = {"gemm_group": "fc1"}
     gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
                     extra=fc1)
@@ -188,7 +192,7 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     (act,) = b.vector("expert.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0", "in1"),
                       fuse="bias_activation")
     down = b.einsum("expert.down", "ecf,efh->ech",
-                    (act, weight("we_down", (E, FE, H), Layout.of(ep=Split(0), tp=Split(1)), "expert")))
+                    (act, weight("we_down", (E, FE, H), expert_down, "expert")))
     back = b.convert(down, down.layout.with_("ep", Split(1)))
     y = _unpermute(b, back, probs, h)
     if arch.shared_experts:

@@ -57,7 +57,7 @@ def _parallelism(model: ModelSpec, plan: Plan) -> dict[str, object]:
                               "model.expert_model_parallel_size": plan.ep,
                               "model.sequence_parallel": bool(plan.sp)}
     if model.is_moe:
-        out["model.expert_tensor_parallel_size"] = plan.tp
+        out["model.expert_tensor_parallel_size"] = plan.expert_tp
     if plan.cp > 1:
         out["model.cp_comm_type"] = "all_gather"
     counts = chunk_layers(model, plan)

@@ -59,7 +59,7 @@ def _degrees(model: ModelSpec, plan: Plan) -> list[Flag]:
                          ("--context-parallel-size", str(plan.cp)),
                          ("--expert-model-parallel-size", str(plan.ep))]
     if model.is_moe:
-        flags.append(("--expert-tensor-parallel-size", str(plan.tp)))  # experts were simulated TP-sharded
+        flags.append(("--expert-tensor-parallel-size", str(plan.expert_tp)))  # as the experts were simulated
     if plan.cp > 1:
         flags.append(("--cp-comm-type", plan.cp_comm))
     if plan.sp:

@@ -99,7 +99,7 @@ def _parallelism(model: ModelSpec, plan: Plan, notes: list[str]) -> dict[str, An
         out["module_fqns_per_model_part"] = module_fqns(chunk_layers(model, plan))
     if model.is_moe:
         out["expert_parallel_degree"] = plan.ep
-        out["expert_tensor_parallel_degree"] = plan.tp if plan.ep > 1 else 1
+        out["expert_tensor_parallel_degree"] = plan.expert_tp if plan.ep > 1 else 1
         if plan.ep > 1 and plan.cp > 1:
             notes.append("torchtitan forms expert-parallel groups over dp_shard x cp; stageopt simulated them over "
                          "data-parallel ranks (same all-to-all volume, different placement)")

@@ -60,6 +60,12 @@ class Plan:
     states, and the ``dp / dp_shard`` copies are replicas whose gradients are
     all-reduced after the reduce-scatter inside each copy. 0 (or ``dp``) shards
     over all of dp.
+
+    Expert tensor parallelism (Megatron-Core's ``--expert-tensor-parallel-size``):
+    ``etp`` 0 (or ``tp``) splits every routed expert over the TP group as the dense
+    MLP is; ``etp=1`` keeps experts whole on every TP rank, which routes its own
+    sequence-parallel tokens through them (no TP collectives around the experts;
+    expert gradients reduce over tp x expert-data-parallel ranks).
     """
 
     dp: int = 1
@@ -86,6 +92,7 @@ class Plan:
     cp_comm: str = "all_gather"
     moe_overlap: bool | None = None
     dp_shard: int = 0
+    etp: int = 0
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -113,6 +120,7 @@ class Plan:
         self._check_pipeline_fields()
         self._check_context_fields()
         self._check_sharding()
+        self._check_expert_tp()
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
 
@@ -133,6 +141,23 @@ class Plan:
         if self.ep > 1:
             raise InfeasiblePlan(f"plan: dp_shard={shard} with ep={self.ep} (hybrid sharding of expert "
                                  "states) is not modelled; use ep=1 or drop dp_shard")
+
+    def _check_expert_tp(self) -> None:
+        etp = self.etp
+        if not isinstance(etp, int) or isinstance(etp, bool) or etp not in (0, 1, self.tp):
+            raise InfeasiblePlan(f"plan field 'etp' must be 1 or tp={self.tp} (0 = tp), got {shorten(etp)}; "
+                                 "other expert-TP splits are not modelled")
+        if etp == self.tp:
+            object.__setattr__(self, "etp", 0)
+        elif etp == 1 and not self.sp:
+            raise InfeasiblePlan(f"plan: etp=1 with tp={self.tp} runs each TP rank's own tokens through whole "
+                                 "experts, which needs sequence parallelism (Megatron-Core requires it for MoE "
+                                 "with TP); set sp=on")
+
+    @property
+    def expert_tp(self) -> int:
+        """TP ranks each routed expert is split over (tp unless etp=1)."""
+        return self.etp or self.tp
 
     def _check_context_fields(self) -> None:
         if self.cp_comm not in CP_COMMS:
@@ -250,7 +275,7 @@ class Plan:
                  f"layout={self.layout}" if self.layout else "",
                  f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
                  "moe_overlap=on" if self.moe_overlap else "",
-                 f"dp_shard={self.dp_shard}" if self.dp_shard else ""]
+                 f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod
@@ -293,7 +318,8 @@ def _within_bound(name: str, value: int) -> None:
         raise InfeasiblePlan(str(err)) from None
 
 
-_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard")
+_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
+               "etp")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)
@@ -304,7 +330,8 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "pipeline_model_parallel_layout": "layout", "cp_comm_type": "cp_comm",
             "moe_shared_expert_overlap": "moe_overlap",
             "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
-            "data_parallel_shard_degree": "dp_shard"}  # torchtitan's name
+            "data_parallel_shard_degree": "dp_shard",  # torchtitan's name
+            "expert_tensor_parallel_size": "etp"}
 
 
 def parse_plan_fields(text: str) -> dict[str, object]:

@@ -49,6 +49,11 @@ def dense_dp_groups(plan: Plan) -> tuple[str, str]:
     return ("shard_cp", "replicate") if plan.dp_replicate > 1 else ("dp_cp", "")
 
 
+def expert_dp_group(plan: Plan) -> str:
+    """Where expert gradients are reduced: over the TP ranks too when experts are whole on each (etp=1)."""
+    return "tp_edp_cp" if plan.expert_tp == 1 and plan.tp > 1 else "edp_cp"
+
+
 def coords_of(plan: Plan, rank: int) -> dict[str, int]:
     """Coordinates of a rank on every axis (plus ``dp``)."""
     out: dict[str, int] = {}

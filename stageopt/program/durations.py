@@ -16,7 +16,7 @@ from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seco
 from stageopt.hardware.network import collective_time, exposed_under_gemm, pipeline_message_time
 from stageopt.parallel.ranks import group_stride
 
-DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate")  # the data-parallel communicators (GradSync)
+DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate", "tp_edp_cp")  # the data-parallel communicators (GradSync)
 from stageopt.program.nodes import COLL, COMP, SEND, StageProgram
 from stageopt.workload import Workload
 

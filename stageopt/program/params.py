@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stageopt.parallel.ranks import expert_dp_group
 from stageopt.workload import Workload
 
 
@@ -22,16 +23,21 @@ class BlockParams:
     tp_partial: int  # parameters whose gradient is a partial sum over TP (sequence-parallel norms)
 
     def of_group(self, group: str) -> int:
-        """Parameters reduced on ``group`` (``edp_cp`` expert; the dense group, ``dp_cp`` or with
-        hybrid sharding ``shard_cp``, dense)."""
-        return self.expert if group == "edp_cp" else self.dense
+        """Parameters reduced on ``group`` (``edp_cp``, or ``tp_edp_cp`` with etp=1, expert; the dense
+        group, ``dp_cp`` or with hybrid sharding ``shard_cp``, dense)."""
+        return self.expert if group in EXPERT_GROUPS else self.dense
+
+
+EXPERT_GROUPS = ("edp_cp", "tp_edp_cp")
 
 
 def block_params(work: Workload, kind: str) -> BlockParams:
     dense = work.value(kind, "local_dense")
     if work.plan.pp == 1:
         dense -= work.value(kind, "local_dense_uncounted")
-    tp_partial = work.value(kind, "local_dense_tp_partial") + work.value(kind, "local_expert_tp_partial")
+    tp_partial = work.value(kind, "local_dense_tp_partial")
+    if expert_dp_group(work.plan) == "edp_cp":  # with etp=1 the expert group spans tp: no separate tp sum
+        tp_partial += work.value(kind, "local_expert_tp_partial")
     return BlockParams(dense=round(dense), expert=round(work.value(kind, "local_expert")),
                        tp_partial=round(tp_partial))
 

@@ -57,7 +57,7 @@ from stageopt.graph.block import arch_of
 from stageopt.graph.fusion import group_label
 from stageopt.graph.symbols import symbol_values
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
-from stageopt.parallel.ranks import dense_dp_groups, group_size
+from stageopt.parallel.ranks import dense_dp_groups, expert_dp_group, group_size
 from stageopt.parallel.schedule import Step, stage_order
 from stageopt.program.block_ops import BlockOps, OpShape, block_ops
 from stageopt.program.grad_sync import DP_GROUPS, Bucket, GradSync
@@ -131,7 +131,7 @@ class _StageBuilder(GradSync):
         self.vals: dict[str, list[int]] = {k: b.evaluate(sym).tolist() for k, b in self.ops.items()}  # plain ints: hot loop
         self.params = {k: block_params(work, k) for k in kinds}
         shard_group, replicas = dense_dp_groups(self.plan)
-        self.dp_groups = (shard_group, "edp_cp")  # dense then expert gradients (see GradSync)
+        self.dp_groups = (shard_group, expert_dp_group(self.plan))  # dense then expert gradients (GradSync)
         self.replicas = replicas
         self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *self.dp_groups, *DP_GROUPS)}
         if replicas:

@@ -31,6 +31,8 @@ its only meaning:
    shared experts has nothing to overlap: moe_overlap=off.
 10. Hybrid sharding over a copy as large as dp (or larger: the copy cannot exceed dp)
     is plain sharding, and without ZeRO there is nothing to shard: dp_shard=0.
+11. Expert TP means nothing on a model without routed experts: etp=0 (the plan also
+    resets etp=tp to 0).
 
 Choices that cannot run (divisibility, degrees that do not multiply to the GPU
 count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
@@ -147,6 +149,8 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["cp_comm"] = "all_gather"
     if not model.shared_experts:
         v["moe_overlap"] = False
+    if not model.is_moe:
+        v["etp"] = 0
     zero = v["zero"] if v["zero"] is not None else framework.default_zero(dp, cp)
     if int(v["dp_shard"]) >= dp or zero == 0:  # type: ignore[arg-type]
         v["dp_shard"] = 0

@@ -45,6 +45,8 @@ BACKENDS = ("analytical", "replay", "astra-sim", "astra-sim-aware")
 LAYER_COUNTS = {"first_layers": (10**6, "a stage holds at most every layer")}
 LAYER_COUNTS["last_layers"] = LAYER_COUNTS["first_layers"]
 LAYER_COUNTS["dp_shard"] = (MAX_COUNT, "a share of the data-parallel ranks")  # 0 means all of dp
+LAYER_COUNTS["etp"] = (MAX_COUNT, "a share of the tensor-parallel ranks")  # 0 means tp
+ZERO_MEANS = {"first_layers": "unset", "last_layers": "unset", "dp_shard": "all of dp", "etp": "tp"}
 
 
 def plan_fields() -> dict[str, Any]:
@@ -91,9 +93,7 @@ def _plan_int(name: str, item: Any, where: str) -> int:
     low = 0 if name in LAYER_COUNTS else 1
     high, why = LAYER_COUNTS.get(name) or PLAN_BOUNDS.get(name, (MAX_COUNT, ""))
     if isinstance(item, bool) or not isinstance(item, int) or item < low:
-        kind = "a positive integer"
-        if low == 0:
-            kind = "a rank count (0: all of dp)" if name == "dp_shard" else f"a layer count in 0..{high} (0: unset)"
+        kind = f"an integer in 0..{high} (0: {ZERO_MEANS[name]})" if low == 0 else "a positive integer"
         raise ConfigError(f"{where}: {shorten(item)} is not {kind}")
     return check_count(item, where, low=low, high=high, why=why)
 

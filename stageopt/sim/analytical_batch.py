@@ -44,6 +44,7 @@ def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays = {f: np.array([getattr(p, f) for p in plans], dtype=float) for f in FIELDS}
     arrays["zero"] = np.array([p.step_zero for p in plans], dtype=float)
     arrays["shard_dp"] = np.array([p.shard_dp for p in plans], dtype=float)  # dp unless hybrid sharding
+    arrays["expert_tp_ranks"] = np.array([p.tp if p.expert_tp == 1 else 1 for p in plans], dtype=float)  # etp=1
     arrays["schedule"] = np.array([SCHEDULE_CODE[p.schedule] for p in plans], dtype=float)
     arrays["dp_overlap"] = np.array([p.dp_overlap for p in plans], dtype=bool)
     arrays["tp_overlap"] = np.array([p.tp_overlap for p in plans], dtype=bool)
@@ -57,7 +58,7 @@ def evaluate_plans(model: ModelSpec, hw: Hardware, plans: list[Plan]) -> dict[st
     groups: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
         groups.setdefault((plan.recompute, plan.sp, plan.dtype, plan.grad_dtype, plan.framework,
-                           plan.cp_comm, plan.moe_overlap), []).append(i)
+                           plan.cp_comm, plan.moe_overlap, plan.etp), []).append(i)
     out: dict[str, np.ndarray] = {}
     for index in groups.values():
         sub = [plans[i] for i in index]

@@ -21,9 +21,11 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     dense, expert = stage_params(cost, comp, c)
     edp = c["dp"] / c["ep"]
     expert_stride = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])  # with cp = 1 expert-grad groups step over ep
+    expert_n = edp * c["cp"] * c["expert_tp_ranks"]  # etp=1: whole experts, reduced over the tp ranks too
+    expert_stride = np.where(c["expert_tp_ranks"] > 1, 1, expert_stride)
     shard = c["shard_dp"] * c["cp"]  # one sharded copy (all of dp unless hybrid sharding)
     replicas = c["dp"] / c["shard_dp"]
-    groups = ((dense, shard, c["tp"]), (expert, edp * c["cp"], expert_stride))
+    groups = ((dense, shard, c["tp"]), (expert, expert_n, expert_stride))
     g_bytes, w_bytes = proto.grad_bytes, proto.dtype_bytes
     zero = c["zero"]
     layers = sum(n for k, n in comp.items() if k in cost)
@@ -54,7 +56,7 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     zero3_mb = np.where(zero >= 3, 2 * gathers + scatters, 0.0)
     zero3_first = np.where(zero >= 3, gathers / layers, 0.0)
     sharded = zero >= 1
-    updated = dense / np.where(sharded, shard, 1) + expert / np.where(sharded, edp * c["cp"], 1)
+    updated = dense / np.where(sharded, shard, 1) + expert / np.where(sharded, expert_n, 1)
     opt_bytes = updated * (ADAM_STATE_TRAFFIC + g_bytes + w_bytes)
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
     return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_first": zero3_first}

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
-from stageopt.parallel.ranks import dense_dp_groups, group_size
+from stageopt.parallel.ranks import dense_dp_groups, expert_dp_group, group_size
 from stageopt.workload.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
 from stageopt.workload.sharding import Workload
 
@@ -71,7 +71,7 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
     out: list[CollectiveUse] = []
     dense, expert = stage_params(work, stage)
     shard_group, replicas = dense_dp_groups(plan)
-    for group, params in ((shard_group, dense), ("edp_cp", expert)):
+    for group, params in ((shard_group, dense), (expert_dp_group(plan), expert)):
         size = group_size(plan, group)
         if size == 1 or params == 0:
             continue
@@ -92,7 +92,9 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
             if across:
                 out.append(CollectiveUse(across, "all_reduce", "zero3", runs, grads / layers / size,
                                          group_size(plan, across)))
-    tp_partial = work.stage_sum(stage, "local_dense_tp_partial") + work.stage_sum(stage, "local_expert_tp_partial")
+    tp_partial = work.stage_sum(stage, "local_dense_tp_partial")
+    if expert_dp_group(plan) == "edp_cp":  # with etp=1 the expert group spans tp: no separate tp sum
+        tp_partial += work.stage_sum(stage, "local_expert_tp_partial")
     if tp_partial and plan.tp > 1:
         out.append(CollectiveUse("tp", "all_reduce", "dp", 1, tp_partial * plan.grad_bytes, plan.tp))
     return out

@@ -132,3 +132,19 @@ def test_hybrid_sharding_over_all_of_dp_or_without_zero_is_the_plain_plan() -> N
         _, eb = simulate_plan("llama3-8b", f"tp=2 pp=2 {BASE}", 16, model_set=["seq=4096"], simulator=simulator)
         assert ea.iteration_time_s == pytest.approx(eb.iteration_time_s, rel=1e-12)
         assert ea.peak_memory_gib == pytest.approx(eb.peak_memory_gib, rel=1e-12)
+
+
+def test_expert_tp_on_a_dense_model_is_the_plain_plan() -> None:
+    """Rule 11: a dense model has no routed experts, so etp changes nothing (both backends agree)."""
+    from stageopt.frameworks import load_profile
+    from stageopt.model import load_model
+    from stageopt.search.candidate import canonical
+    from stageopt.search.dimensions import PLAN_DEFAULTS
+    values = {**PLAN_DEFAULTS, "tp": 2, "pp": 2, "gbs": 32, "etp": 1}
+    assert canonical(values, 16, load_model("llama3-8b"), load_profile("megatron-core"))["etp"] == 0
+    assert canonical(values, 16, load_model("mixtral-8x7b"), load_profile("megatron-core"))["etp"] == 1
+    for simulator in (None, ReplaySimulator()):
+        _, ea = simulate_plan("llama3-8b", f"tp=2 pp=2 etp=1 {BASE}", 16, model_set=["seq=4096"], simulator=simulator)
+        _, eb = simulate_plan("llama3-8b", f"tp=2 pp=2 {BASE}", 16, model_set=["seq=4096"], simulator=simulator)
+        assert ea.iteration_time_s == pytest.approx(eb.iteration_time_s, rel=1e-12)
+        assert ea.peak_memory_gib == pytest.approx(eb.peak_memory_gib, rel=1e-12)
