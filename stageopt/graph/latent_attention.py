@@ -42,13 +42,11 @@ def _latent_norm(b: GraphBuilder, t: Tensor, size, name: str) -> Tensor:
 def _attention_core(b: GraphBuilder, arch: Arch, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Causal flash attention with query/key width DN + DR and value width DV; keys span the whole sequence.
 
-    Context parallelism gathers K and V (all_gather, p2p) or scatters heads (a2a, Ulysses).
+    Context parallelism gathers K and V (all_gather, p2p) or scatters heads (a2a, Ulysses), or both
+    (a2a+p2p: heads over the all-to-all part, K/V gathered over the ring part).
     """
-    if arch.cp_comm == "a2a":
-        q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)
-        full = k.layout
-    else:
-        full = Layout.of(**{a: p for a, p in k.layout.items if a != "cp"})
+    q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)  # a2a, or its part of the hierarchical mix
+    full = k.layout if arch.cp_comm == "a2a" else Layout.of(**{a: p for a, p in k.layout.items if a != "cp"})
     k, v = b.convert(k, full), b.convert(v, full)
     out = Tensor(name="attn", shape=(B, S, G, DV), layout=q.layout, dtype_bytes=ACT)
     rows = q.local_dim(0) * q.local_dim(1) * q.local_dim(2)  # query positions x heads on this rank

@@ -40,20 +40,22 @@ SQ = sp.Symbol("SQ", **_POS)  # Mamba-2 chunk length (state space duality)
 TP = sp.Symbol("tp", **_POS)
 CP = sp.Symbol("cp", **_POS)
 EP = sp.Symbol("ep", **_POS)
+CPA = sp.Symbol("cpa", **_POS)  # the all-to-all part of hierarchical context parallelism (1 otherwise)
 
-AXIS_DEGREE: dict[str, sp.Symbol] = {"tp": TP, "cp": CP, "ep": EP}
-AXES: tuple[str, ...] = ("tp", "cp", "ep")
+AXIS_DEGREE: dict[str, sp.Symbol] = {"tp": TP, "cp": CP, "ep": EP, "cpa": CPA}
+AXES: tuple[str, ...] = ("tp", "cp", "ep", "cpa")
 
 MODEL_SYMBOLS: tuple[sp.Symbol, ...] = (B, S, H, F, V, G, R, D, E, K, FE, NS, QL, KL, DN, DR, DV,
                                         SW, SN, SH, SP, SG, SC, SQ)
-ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + (TP, CP, EP)
+ALL_SYMBOLS: tuple[sp.Symbol, ...] = MODEL_SYMBOLS + (TP, CP, EP, CPA)
 
 
 def symbol_values(model, plan) -> dict[str, float]:
     """Value of every symbol for one model and plan (keyed by name).
 
-    ``plan`` needs only ``mbs``, ``tp``, ``cp`` and ``ep``; they may be numpy arrays
-    (one entry per candidate) for the vectorized analytical model.
+    ``plan`` needs only ``mbs``, ``tp``, ``cp`` and ``ep`` (and ``cpa``, the all-to-all part of
+    hierarchical CP, whose ring part ``cp`` is then); they may be numpy arrays (one entry per
+    candidate) for the vectorized analytical model.
     """
     return {
         "B": plan.mbs, "S": model.seq, "H": model.hidden, "F": model.ffn, "V": model.vocab,
@@ -64,5 +66,5 @@ def symbol_values(model, plan) -> dict[str, float]:
         "SW": max(model.sliding_window, 1), "SN": max(model.ssm_state, 1), "SH": max(model.ssm_heads, 1),
         "SP": max(model.ssm_head_dim, 1), "SG": max(model.ssm_groups, 1), "SC": max(model.ssm_conv, 1),
         "SQ": max(model.ssm_chunk, 1),
-        "tp": plan.tp, "cp": plan.cp, "ep": plan.ep,
+        "tp": plan.tp, "cp": plan.cp // getattr(plan, "cpa", 1), "ep": plan.ep, "cpa": getattr(plan, "cpa", 1),
     }

@@ -41,28 +41,42 @@ class Arch:
     expert_capacity: float = 1.0  # busiest rank's routed tokens over a balanced share (ModelSpec)
     attention_type: str = "mha"  # mha | mla (graph.latent_attention)
     q_lora: bool = False  # MLA queries through a low-rank bottleneck
-    cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses)
+    cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses) | a2a+p2p
     moe_overlap: bool = False  # shared experts computed while the dispatch all-to-all is in flight
     selective: str = "attention"  # what selective recompute re-runs: attention (core) | op (torchtitan policy)
     expert_tp: bool = True  # routed experts split over TP (Megatron's expert TP = tp) or whole on every TP rank
 
 
+ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads
+
+
 def ulysses_scatter(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...], heads_dim: int) -> tuple[Tensor, ...]:
-    """Ulysses context parallelism: trade the sequence split for a split of the heads (all-to-alls)."""
-    if arch.cp_comm != "a2a":
+    """Ulysses context parallelism: trade the sequence split for a split of the heads (all-to-alls).
+
+    In the hierarchical mix only the all-to-all part (``cpa``) trades; the ring part (``cp``) keeps
+    splitting the sequence, and attention then gathers K/V over it as a ring.
+    """
+    axis = ULYSSES_AXIS.get(arch.cp_comm)
+    if axis is None:
         return tensors
-    return tuple(b.convert(t, t.layout.with_("cp", Split(heads_dim))) for t in tensors)
+    return tuple(b.convert(t, t.layout.with_(axis, Split(heads_dim))) for t in tensors)
 
 
 def ulysses_gather(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     """Back from the head split to the sequence split after attention."""
-    if arch.cp_comm != "a2a":
+    axis = ULYSSES_AXIS.get(arch.cp_comm)
+    if axis is None:
         return tensors
-    return tuple(b.convert(t, t.layout.with_("cp", Split(1))) for t in tensors)
+    return tuple(b.convert(t, t.layout.with_(axis, Split(1))) for t in tensors)
+
+
+def sequence_split(arch: Arch) -> dict[str, Split]:
+    """The context-parallel axes that split the sequence: cp, and its all-to-all part in the hierarchical mix."""
+    return {"cp": Split(1), "cpa": Split(1)} if arch.cp_comm == "a2a+p2p" else {"cp": Split(1)}
 
 
 def residual_layout(arch: Arch) -> Layout:
-    return Layout.of(cp=Split(1), tp=Split(1)) if arch.sp else Layout.of(cp=Split(1))
+    return Layout.of(**sequence_split(arch), tp=Split(1)) if arch.sp else Layout.of(**sequence_split(arch))
 
 
 def weight(name: str, shape: tuple, layout: Layout = Layout(), group: str = "dense",
@@ -228,9 +242,10 @@ def _unpermute(b: GraphBuilder, back: Tensor, probs: Tensor, h: Tensor) -> Tenso
 
 def embedding(b: GraphBuilder, arch: Arch) -> tuple[Tensor, Tensor]:
     """Vocab-parallel token embedding (+ learned positions); returns (token ids, residual stream)."""
-    tokens = Tensor(name="tokens", shape=(B, S), layout=Layout.of(cp=Split(1)), dtype_bytes=4, role="input")
+    tokens = Tensor(name="tokens", shape=(B, S), layout=Layout.of(**sequence_split(arch)), dtype_bytes=4, role="input")
     table = weight("embedding", (V, H), Layout.of(tp=Split(0)))
-    out = Tensor(name="embedded", shape=(B, S, H), layout=Layout.of(cp=Split(1), tp=PARTIAL), dtype_bytes=ACT)
+    out = Tensor(name="embedded", shape=(B, S, H), layout=Layout.of(**sequence_split(arch), tp=PARTIAL),
+                 dtype_bytes=ACT)
     b.emit(Op(name="embed", kind="vector", inputs=(tokens, table), outputs=(out,),
               vector_flops=sp.Integer(0), attrs={"needs": (), "bwd": "generic", "bwd_flops": 1}))
     x = out
@@ -253,11 +268,12 @@ def head(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
                         outputs=(("softmax_fp32", FP32, "logits"),))
     # Vocab-parallel cross-entropy leaves each token's loss as a partial sum over TP (max, sum-exp
     # and target logit are all-reduced; modelled as one all-reduce of B*S/cp fp32 values).
-    token_loss = Tensor(name="token_loss", shape=(B, S), layout=Layout.of(cp=Split(1), tp=PARTIAL), dtype_bytes=FP32)
+    token_loss = Tensor(name="token_loss", shape=(B, S), layout=Layout.of(**sequence_split(arch), tp=PARTIAL),
+                        dtype_bytes=FP32)
     b.emit(Op(name="loss_reduce_local", kind="vector", inputs=(probs,), outputs=(token_loss,),
               vector_flops=probs.local_numel(),
               attrs={"needs": (), "bwd": "generic", "bwd_flops": 1, "fuse": "cross_entropy"}))
-    return b.convert(token_loss, Layout.of(cp=Split(1)))
+    return b.convert(token_loss, Layout.of(**sequence_split(arch)))
 
 
 def layer_input(arch: Arch) -> Tensor:

@@ -46,6 +46,8 @@ def _value(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ",".join(_value(v) for v in value) + "]"  # a Hydra list
     return f'"{value}"' if isinstance(value, str) and "|" in value else str(value)  # a quoted Hydra string
 
 
@@ -59,7 +61,9 @@ def _parallelism(model: ModelSpec, plan: Plan) -> dict[str, object]:
     if model.is_moe:
         out["model.expert_tensor_parallel_size"] = plan.expert_tp
     if plan.cp > 1:
-        out["model.cp_comm_type"] = "all_gather"
+        out["model.cp_comm_type"] = plan.cp_comm
+        if plan.cp_comm == "a2a+p2p":  # all-to-all groups inside, the ring over them
+            out["model.hierarchical_context_parallel_sizes"] = [plan.cpa, plan.cp // plan.cpa]
     counts = chunk_layers(model, plan)
     if plan.pp > 1 and len(set(counts)) > 1:
         out["model.pipeline_model_parallel_layout"] = pipeline_layout(counts).replace(",", "")  # commas are cosmetic

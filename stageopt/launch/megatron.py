@@ -33,6 +33,9 @@ from stageopt.parallel.plan import Plan
 Flag = tuple[str, str | None]  # ("--micro-batch-size", "1") or ("--sequence-parallel", None)
 
 
+LIST_FLAGS = ("--hierarchical-context-parallel-sizes",)  # nargs="+": one argv token per value
+
+
 def megatron_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
     """Arguments for ``pretrain_gpt.py`` that run ``plan`` as it was simulated."""
     if plan.schedule not in ("1f1b", "interleaved"):
@@ -48,7 +51,8 @@ def megatron_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
              "model recipe"]
     if plan.zero == 0 and plan.dp * plan.cp > 1:
         notes.append("zero=0: plain data parallelism (no distributed optimizer)")
-    args = [token for flag, value in flags for token in ((flag,) if value is None else (flag, value))]
+    args = [token for flag, value in flags
+            for token in ((flag,) if value is None else (flag, *(value.split() if flag in LIST_FLAGS else [value])))]
     text = " \\\n".join(flag if value is None else f"{flag} {value}" for flag, value in flags)
     return LaunchSettings("megatron", text, {"args": args}, tuple(notes))
 
@@ -62,6 +66,8 @@ def _degrees(model: ModelSpec, plan: Plan) -> list[Flag]:
         flags.append(("--expert-tensor-parallel-size", str(plan.expert_tp)))  # as the experts were simulated
     if plan.cp > 1:
         flags.append(("--cp-comm-type", plan.cp_comm))
+        if plan.cp_comm == "a2a+p2p":  # all-to-all groups inside, the ring over them
+            flags.append(("--hierarchical-context-parallel-sizes", f"{plan.cpa} {plan.cp // plan.cpa}"))
     if plan.sp:
         flags.append(("--sequence-parallel", None))
     return flags

@@ -89,6 +89,9 @@ def _parallelism(model: ModelSpec, plan: Plan, notes: list[str]) -> dict[str, An
     if plan.tp_overlap and plan.tp > 1:
         out["enable_async_tensor_parallel"] = True
     if plan.cp > 1:
+        if plan.cp_comm == "a2a+p2p":
+            raise refuse("torchtitan", "torchtitan has no hierarchical context parallelism (cp_comm=a2a+p2p)",
+                         "export the plan with cp_comm=p2p or all_gather, or to megatron")
         out["context_parallel_rotate_method"] = "allgather"
     if plan.pp > 1:
         if plan.schedule not in SCHEDULES:

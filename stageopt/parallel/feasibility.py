@@ -23,11 +23,13 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     _divides(plan.tp, "tp", model.kv_heads, "kv_heads")
     _divides(plan.tp, "tp", model.ffn, "ffn")
     _divides(plan.tp, "tp", model.vocab, "vocab")
-    if plan.cp_comm == "a2a" and plan.cp > 1:  # Ulysses splits the heads over cp (and tp)
+    if plan.cp_comm in ("a2a", "a2a+p2p") and plan.cp > 1:  # Ulysses splits the heads over its cp ranks (and tp)
+        part, degree = ("cp", plan.cp) if plan.cp_comm == "a2a" else ("cp_a2a", plan.cpa)
         for field, value in (("heads", model.heads), ("kv_heads", model.kv_heads)):
-            if value % (plan.tp * plan.cp):
-                raise InfeasiblePlan(f"plan: cp_comm=a2a splits attention heads over tp*cp = {plan.tp * plan.cp}, "
-                                     f"which does not divide {field}={value}; lower cp or use cp_comm=all_gather/p2p")
+            if value % (plan.tp * degree):
+                raise InfeasiblePlan(f"plan: cp_comm={plan.cp_comm} splits attention heads over tp*{part} = "
+                                     f"{plan.tp * degree}, which does not divide {field}={value}; lower {part} "
+                                     "or use cp_comm=all_gather/p2p")
     if model.has_ssm:
         _divides(plan.tp, "tp", model.ssm_heads, "ssm_heads")
         _divides(plan.tp, "tp", model.ssm_groups, "ssm_groups")

@@ -20,7 +20,7 @@ from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpu
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
-CP_COMMS = ("all_gather", "p2p", "a2a")  # Megatron-Core's --cp-comm-type (a2a+p2p is not modelled)
+CP_COMMS = ("all_gather", "p2p", "a2a", "a2a+p2p")  # Megatron-Core's --cp-comm-type
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 
@@ -52,7 +52,10 @@ class Plan:
     all-to-alls before and after attention. Causal attention is load-balanced
     over CP ranks as Megatron-Core and Transformer Engine do it: the sequence
     is cut into 2*cp chunks, rank i holding chunks i and 2cp-1-i, so every rank
-    does the same share (hence seq must divide by 2*cp).
+    does the same share (hence seq must divide by 2*cp). ``a2a+p2p`` is the
+    hierarchical mix (``--hierarchical-context-parallel-sizes``): Ulysses
+    all-to-alls inside groups of ``cp_a2a`` ranks, then a K/V ring over the
+    ``cp / cp_a2a`` groups.
 
     Hybrid sharding (HSDP; torchtitan's ``data_parallel_shard_degree``,
     Megatron-Core's ``--num-distributed-optimizer-instances``): ``dp_shard``
@@ -93,6 +96,7 @@ class Plan:
     moe_overlap: bool | None = None
     dp_shard: int = 0
     etp: int = 0
+    cp_a2a: int = 0
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -155,6 +159,11 @@ class Plan:
                                  "with TP); set sp=on")
 
     @property
+    def cpa(self) -> int:
+        """Context-parallel ranks of one all-to-all group (hierarchical CP), 1 otherwise."""
+        return self.cp_a2a or 1
+
+    @property
     def expert_tp(self) -> int:
         """TP ranks each routed expert is split over (tp unless etp=1)."""
         return self.etp or self.tp
@@ -165,6 +174,15 @@ class Plan:
                                  f"got {shorten(self.cp_comm)}")
         if self.cp == 1:  # nothing to communicate
             object.__setattr__(self, "cp_comm", "all_gather")
+        a2a = self.cp_a2a
+        if not isinstance(a2a, int) or isinstance(a2a, bool) or a2a < 0:
+            raise InfeasiblePlan(f"plan field 'cp_a2a' must be a non-negative integer, got {shorten(a2a)}")
+        if self.cp_comm != "a2a+p2p":
+            object.__setattr__(self, "cp_a2a", 0)  # only the hierarchical mix has an all-to-all part
+        elif not 1 < a2a < self.cp or self.cp % a2a:
+            raise InfeasiblePlan(f"plan: cp_comm=a2a+p2p needs cp_a2a, the all-to-all part of cp={self.cp}: a "
+                                 f"divisor strictly between 1 and {self.cp} (got {a2a}); with all of cp use "
+                                 f"cp_comm=a2a, with none cp_comm=p2p")
 
     def _check_pipeline_fields(self) -> None:
         for name in ("first_layers", "last_layers"):
@@ -274,6 +292,7 @@ class Plan:
                  "embed_split=on" if self.embed_split else "", "loss_split=on" if self.loss_split else "",
                  f"layout={self.layout}" if self.layout else "",
                  f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
+                 f"cp_a2a={self.cp_a2a}" if self.cp_a2a else "",
                  "moe_overlap=on" if self.moe_overlap else "",
                  f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
@@ -319,7 +338,7 @@ def _within_bound(name: str, value: int) -> None:
 
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
-               "etp")
+               "etp", "cp_a2a")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)

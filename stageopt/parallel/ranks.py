@@ -3,7 +3,7 @@
 Ranks are numbered with TP innermost (so a TP group sits inside one node),
 then CP, then DP (whose inner factor is EP), and PP outermost:
 ``rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))`` with
-``dp_i = ep_i + ep * edp_i``, and ``edp_i = dps_i + dps * dpr_i`` where hybrid
+``dp_i = ep_i + ep * edp_i``, ``cp_i = cpa_i + cpa * ring_i`` (hierarchical CP), and ``edp_i = dps_i + dps * dpr_i`` where hybrid
 sharding (``Plan.dp_shard``) cuts data parallelism into shards (inner, ``dps``)
 and their replicas (outer, ``dpr``; degree 1 unless hybrid). A group is the
 set of ranks that differ only in the coordinates of its axes. Groups of one
@@ -19,7 +19,9 @@ from stageopt.parallel.plan import Plan
 # Group kinds and the coordinate axes they span. "dp_cp" reduces dense
 # gradients; "edp_cp" reduces expert gradients; "ep" carries all-to-alls;
 # with hybrid sharding "shard_cp" holds one sharded copy of the dense states
-# and "replicate" all-reduces across the copies.
+# and "replicate" all-reduces across the copies. Context parallelism is "cpa"
+# (the all-to-all part of the hierarchical mix, degree 1 otherwise) inside
+# "cp" (the rest: the ring, or all of cp).
 GROUP_AXES: dict[str, tuple[str, ...]] = {
     "tp": ("tp",),
     "cp": ("cp",),
@@ -27,20 +29,21 @@ GROUP_AXES: dict[str, tuple[str, ...]] = {
     "dp": ("ep", "dps", "dpr"),
     "edp": ("dps", "dpr"),
     "pp": ("pp",),
-    "dp_cp": ("cp", "ep", "dps", "dpr"),
-    "edp_cp": ("cp", "dps", "dpr"),
-    "tp_dp_cp": ("tp", "cp", "ep", "dps", "dpr"),
-    "tp_edp_cp": ("tp", "cp", "dps", "dpr"),
-    "shard_cp": ("cp", "ep", "dps"),
+    "dp_cp": ("cpa", "cp", "ep", "dps", "dpr"),
+    "edp_cp": ("cpa", "cp", "dps", "dpr"),
+    "tp_dp_cp": ("tp", "cpa", "cp", "ep", "dps", "dpr"),
+    "tp_edp_cp": ("tp", "cpa", "cp", "dps", "dpr"),
+    "shard_cp": ("cpa", "cp", "ep", "dps"),
     "replicate": ("dpr",),
+    "cpa": ("cpa",),
 }
-_COORD_ORDER = ("tp", "cp", "ep", "dps", "dpr", "pp")
+_COORD_ORDER = ("tp", "cpa", "cp", "ep", "dps", "dpr", "pp")
 
 
 def axis_degrees(plan: Plan) -> dict[str, int]:
     """Degree of every coordinate axis of the rank layout."""
-    return {"tp": plan.tp, "cp": plan.cp, "ep": plan.ep, "dps": plan.edp // plan.dp_replicate,
-            "dpr": plan.dp_replicate, "pp": plan.pp}
+    return {"tp": plan.tp, "cpa": plan.cpa, "cp": plan.cp // plan.cpa, "ep": plan.ep,
+            "dps": plan.edp // plan.dp_replicate, "dpr": plan.dp_replicate, "pp": plan.pp}
 
 
 def dense_dp_groups(plan: Plan) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seco
 from stageopt.hardware.network import collective_time, exposed_under_gemm, pipeline_message_time
 from stageopt.parallel.ranks import group_stride
 
+RING_COMMS = ("p2p", "a2a+p2p")  # cp_comm values whose K/V exchange over "cp" is a ring under attention
 DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate", "tp_edp_cp")  # the data-parallel communicators (GradSync)
 from stageopt.program.nodes import COLL, COMP, SEND, StageProgram
 from stageopt.workload import Workload
@@ -49,8 +50,8 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
         out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group))
     for n in nodes:  # TP userbuffer overlap; ring (p2p) context parallelism under its attention blocks
         if n.type == COLL and n.overlap and ((n.group == "tp" and plan.tp_overlap)
-                                             or (n.group == "cp" and plan.cp_comm == "p2p")):
-            chunks = plan.tp if n.group == "tp" else plan.cp
+                                             or (n.group == "cp" and plan.cp_comm in RING_COMMS)):
+            chunks = plan.tp if n.group == "tp" else plan.cp // plan.cpa  # the ring's ranks
             out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), chunks)
     sends = [n for n in nodes if n.type == SEND]
     if sends:

@@ -21,7 +21,7 @@ import numpy as np
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.ranks import GROUP_AXES, all_groups, axis_degrees
 
-KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "edp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate")
+KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "edp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate", "cpa")
 TIER_PARTS = ("", "node", "nodes")  # a whole group, its members in one node, one member per node
 
 

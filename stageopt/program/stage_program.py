@@ -133,7 +133,7 @@ class _StageBuilder(GradSync):
         shard_group, replicas = dense_dp_groups(self.plan)
         self.dp_groups = (shard_group, expert_dp_group(self.plan))  # dense then expert gradients (GradSync)
         self.replicas = replicas
-        self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", *self.dp_groups, *DP_GROUPS)}
+        self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", "cpa", *self.dp_groups, *DP_GROUPS)}
         if replicas:
             self.sizes[replicas] = group_size(self.plan, replicas)
         self.b = _Builder()

@@ -26,7 +26,8 @@ its only meaning:
    selective (the stack's ``selective_recompute: attention``), selective recompute has
    nothing to drop (the score matrix is never stored): recompute=selective is none.
    torchtitan's op-level policy re-runs matmuls and elementwise ops: not merged.
-8. With cp=1 there is no K/V to exchange: cp_comm=all_gather (the plan does it too).
+8. With cp=1 there is no K/V to exchange: cp_comm=all_gather (the plan does it too);
+   only the hierarchical mix (cp_comm=a2a+p2p) has an all-to-all part: cp_a2a=0 otherwise.
 9. Shared-expert overlap hides the dispatch under the shared experts; a model without
    shared experts has nothing to overlap: moe_overlap=off.
 10. Hybrid sharding over a copy as large as dp (or larger: the copy cannot exceed dp)
@@ -147,6 +148,8 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["recompute"] = "none"
     if cp == 1:
         v["cp_comm"] = "all_gather"
+    if v["cp_comm"] != "a2a+p2p":
+        v["cp_a2a"] = 0
     if not model.shared_experts:
         v["moe_overlap"] = False
     if not model.is_moe:

@@ -46,7 +46,9 @@ LAYER_COUNTS = {"first_layers": (10**6, "a stage holds at most every layer")}
 LAYER_COUNTS["last_layers"] = LAYER_COUNTS["first_layers"]
 LAYER_COUNTS["dp_shard"] = (MAX_COUNT, "a share of the data-parallel ranks")  # 0 means all of dp
 LAYER_COUNTS["etp"] = (MAX_COUNT, "a share of the tensor-parallel ranks")  # 0 means tp
-ZERO_MEANS = {"first_layers": "unset", "last_layers": "unset", "dp_shard": "all of dp", "etp": "tp"}
+LAYER_COUNTS["cp_a2a"] = (MAX_COUNT, "a share of the context-parallel ranks")  # 0: not hierarchical
+ZERO_MEANS = {"first_layers": "unset", "last_layers": "unset", "dp_shard": "all of dp", "etp": "tp",
+              "cp_a2a": "no hierarchical CP"}
 
 
 def plan_fields() -> dict[str, Any]:

@@ -62,7 +62,9 @@ def _check_needs(searched: set[str], values: Mapping[str, list[Value]], model: M
                              f"model {model.name} has no shared experts to overlap the dispatch with"),
              "dp_shard": (all(z == 0 for z in values.get("zero", [None])),
                           "every zero is 0, where nothing is sharded; list zero >= 1"),
-             "etp": (not model.is_moe, f"model {model.name} has no routed experts to split")}
+             "etp": (not model.is_moe, f"model {model.name} has no routed experts to split"),
+             "cp_a2a": ("a2a+p2p" not in values.get("cp_comm", ["all_gather"]),
+                        "no cp_comm is a2a+p2p, the only one with an all-to-all part; list it")}
     for name in ("first_layers", "last_layers", "embed_split", "loss_split"):
         needs[name] = (single_pp, "every pp is 1, where there is no pipeline to split; list pp > 1")
     for name, (useless, why) in needs.items():

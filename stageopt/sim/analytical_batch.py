@@ -48,7 +48,8 @@ def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays["schedule"] = np.array([SCHEDULE_CODE[p.schedule] for p in plans], dtype=float)
     arrays["dp_overlap"] = np.array([p.dp_overlap for p in plans], dtype=bool)
     arrays["tp_overlap"] = np.array([p.tp_overlap for p in plans], dtype=bool)
-    arrays["cp_ring"] = np.array([p.cp_comm == "p2p" for p in plans], dtype=bool)
+    arrays["cp_ring"] = np.array([p.cp_comm in ("p2p", "a2a+p2p") for p in plans], dtype=bool)
+    arrays["cpa"] = np.array([p.cpa for p in plans], dtype=float)  # all-to-all part of hierarchical CP
     arrays["moe_overlap"] = np.array([bool(p.moe_overlap) for p in plans], dtype=bool)
     return arrays
 

@@ -25,7 +25,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     """Per micro-batch: compute seconds by phase, exposed comm seconds by axis, and the aggregates."""
     n = len(c["tp"])
     arch = arch_of(model, proto)
-    values = symbol_values(model, SimpleNamespace(mbs=c["mbs"], tp=c["tp"], cp=c["cp"], ep=c["ep"]))
+    values = symbol_values(model, SimpleNamespace(mbs=c["mbs"], tp=c["tp"], cp=c["cp"], ep=c["ep"], cpa=c["cpa"]))
     block = compile_block(kind, arch, proto.recompute)
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
@@ -39,9 +39,10 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
             "agg": agg}
     cost["wgrad"] = times[table.wgrad].sum(axis=0) if table.wgrad is not None else np.zeros(n)  # part of bwd
     cost["comm_fwd"] = np.zeros(n)  # forward-phase share of the comm_* times below
-    degree = {"tp": c["tp"], "cp": c["cp"], "ep": c["ep"]}
-    stride = {"tp": np.ones(n), "cp": c["tp"], "ep": c["tp"] * c["cp"]}
-    for axis in ("tp", "cp", "ep"):
+    # "cp" is the ring part of hierarchical CP (all of cp otherwise), "cpa" its all-to-all part inside it
+    degree = {"tp": c["tp"], "cp": c["cp"] / c["cpa"], "ep": c["ep"], "cpa": c["cpa"]}
+    stride = {"tp": np.ones(n), "cp": c["tp"] * c["cpa"], "ep": c["tp"] * c["cp"], "cpa": c["tp"]}
+    for axis in ("tp", "cp", "ep", "cpa"):
         cost[f"comm_{axis}"] = np.zeros(n)
     groups: dict[tuple[str, str], list] = {}
     for cs in block.collectives:
@@ -58,5 +59,6 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
             if cs.phase == "fwd":
                 cost["comm_fwd"] = cost["comm_fwd"] + comm[i]
         cost[f"comm_{axis}"] = cost[f"comm_{axis}"] + comm.sum(axis=0)
+    cost["comm_cp"] = cost["comm_cp"] + cost.pop("comm_cpa")  # both parts of CP are CP communication
     return cost
 

@@ -56,6 +56,8 @@ def category(node) -> str:
     if node.type == SEND:
         return "p2p"
     group = node.group
+    if group == "cpa":  # the all-to-all part of hierarchical CP is CP communication
+        return "cp"
     return group if group in ("tp", "cp", "ep") else "dp"
 
 

@@ -43,6 +43,7 @@ MEGATRON = {
     "--attention-backend": {"flash", "fused", "unfused", "local", "auto"},  # E (values: C)
     "--attention-dropout": float, "--hidden-dropout": float,  # E
     "--num-distributed-optimizer-instances": int,  # C: DistributedDataParallelConfig (HSDP with Megatron-FSDP too)
+    "--hierarchical-context-parallel-sizes": int,  # C: ModelParallelConfig.hierarchical_context_parallel_sizes
 }
 # torchtitan JobConfig sections and keys with their documented values
 # (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py; schedules from torch.distributed.pipelining).
@@ -87,6 +88,7 @@ BRIDGE = {
     "model.attention_dropout": float, "model.hidden_dropout": float,  # M
     "mixed_precision": {"bf16_mixed", "fp16_mixed", "bf16_with_fp8_current_scaling_mixed"},  # M, X
     "ddp.num_distributed_optimizer_instances": int,  # F (HSDP across NVLink domains)
+    "model.hierarchical_context_parallel_sizes": str,  # Q (a Hydra list, "[a2a,p2p]", with cp_comm_type a2a+p2p)
 }
 
 
@@ -115,6 +117,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("gpt3-175b", [], "tp=8 pp=8 mbs=1 gbs=512 zero=1 recompute=full dtype=fp16 tp_overlap=off", 512),
     ("llama2-7b", [], "tp=1 pp=1 mbs=4 gbs=32 dtype=fp32 zero=1", 8),
     ("llama3-8b", [], "tp=2 pp=1 mbs=1 gbs=64 zero=3 dp_shard=4", 64),  # HSDP: 8 copies of 4-way shards
+    ("llama3-8b", [], "tp=2 pp=1 cp=8 mbs=1 gbs=8 zero=1 cp_comm=a2a+p2p cp_a2a=4", 64),  # hierarchical CP
 ]
 
 
