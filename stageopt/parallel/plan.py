@@ -16,11 +16,11 @@ from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
 from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
+from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields, check_expert_tp,
+                                           check_pipeline_fields, check_sharding)
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
-V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
-CP_COMMS = ("all_gather", "p2p", "a2a", "a2a+p2p")  # Megatron-Core's --cp-comm-type
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 
@@ -121,42 +121,12 @@ class Plan:
             if getattr(self, name) not in DTYPES:
                 raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
                                      f"got {shorten(getattr(self, name))}")
-        self._check_pipeline_fields()
-        self._check_context_fields()
-        self._check_sharding()
-        self._check_expert_tp()
+        check_pipeline_fields(self)
+        check_context_fields(self)
+        check_sharding(self)
+        check_expert_tp(self)
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
-
-    def _check_sharding(self) -> None:
-        shard = self.dp_shard
-        if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard <= self.dp:
-            raise InfeasiblePlan(f"plan field 'dp_shard' must be an integer in 0..dp={self.dp} (0 = all of dp), "
-                                 f"got {shorten(shard)}")
-        if shard in (0, self.dp):
-            object.__setattr__(self, "dp_shard", 0)
-            return
-        if self.dp % shard:
-            raise InfeasiblePlan(f"plan: dp_shard={shard} does not divide dp={self.dp}; the replicas "
-                                 f"must be whole, so pick dp_shard dividing dp")
-        if self.zero == 0:
-            raise InfeasiblePlan(f"plan: dp_shard={shard} shards ZeRO states, but zero=0 shards nothing; "
-                                 "set zero=1, 2 or 3, or drop dp_shard")
-        if self.ep > 1:
-            raise InfeasiblePlan(f"plan: dp_shard={shard} with ep={self.ep} (hybrid sharding of expert "
-                                 "states) is not modelled; use ep=1 or drop dp_shard")
-
-    def _check_expert_tp(self) -> None:
-        etp = self.etp
-        if not isinstance(etp, int) or isinstance(etp, bool) or etp not in (0, 1, self.tp):
-            raise InfeasiblePlan(f"plan field 'etp' must be 1 or tp={self.tp} (0 = tp), got {shorten(etp)}; "
-                                 "other expert-TP splits are not modelled")
-        if etp == self.tp:
-            object.__setattr__(self, "etp", 0)
-        elif etp == 1 and not self.sp:
-            raise InfeasiblePlan(f"plan: etp=1 with tp={self.tp} runs each TP rank's own tokens through whole "
-                                 "experts, which needs sequence parallelism (Megatron-Core requires it for MoE "
-                                 "with TP); set sp=on")
 
     @property
     def cpa(self) -> int:
@@ -167,47 +137,6 @@ class Plan:
     def expert_tp(self) -> int:
         """TP ranks each routed expert is split over (tp unless etp=1)."""
         return self.etp or self.tp
-
-    def _check_context_fields(self) -> None:
-        if self.cp_comm not in CP_COMMS:
-            raise InfeasiblePlan(f"plan field 'cp_comm' must be one of {', '.join(CP_COMMS)}, "
-                                 f"got {shorten(self.cp_comm)}")
-        if self.cp == 1:  # nothing to communicate
-            object.__setattr__(self, "cp_comm", "all_gather")
-        a2a = self.cp_a2a
-        if not isinstance(a2a, int) or isinstance(a2a, bool) or a2a < 0:
-            raise InfeasiblePlan(f"plan field 'cp_a2a' must be a non-negative integer, got {shorten(a2a)}")
-        if self.cp_comm != "a2a+p2p":
-            object.__setattr__(self, "cp_a2a", 0)  # only the hierarchical mix has an all-to-all part
-        elif not 1 < a2a < self.cp or self.cp % a2a:
-            raise InfeasiblePlan(f"plan: cp_comm=a2a+p2p needs cp_a2a, the all-to-all part of cp={self.cp}: a "
-                                 f"divisor strictly between 1 and {self.cp} (got {a2a}); with all of cp use "
-                                 f"cp_comm=a2a, with none cp_comm=p2p")
-
-    def _check_pipeline_fields(self) -> None:
-        for name in ("first_layers", "last_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**6:
-                raise InfeasiblePlan(f"plan field '{name}' must be an integer in 0..1000000 (0 = unset), "
-                                     f"got {shorten(value)}")
-        if not isinstance(self.layout, str) or len(self.layout) > 10_000:
-            raise InfeasiblePlan(f"plan field 'layout' must be a string of at most 10,000 characters, "
-                                 f"got {shorten(self.layout)}")
-        if self.schedule in V_SCHEDULES:
-            if self.vpp not in (1, 2):
-                raise InfeasiblePlan(f"plan: schedule={self.schedule} runs exactly 2 chunks per rank (a V), "
-                                     f"got vpp={self.vpp}; set vpp=2 or leave it out")
-            object.__setattr__(self, "vpp", 2)
-        elif self.vpp > 1 and self.schedule != "interleaved":
-            raise InfeasiblePlan(f"plan: vpp={self.vpp} needs schedule=interleaved "
-                                 f"(got schedule={self.schedule}); set schedule=interleaved or vpp=1")
-        uneven = self.first_layers or self.last_layers
-        if uneven and (self.embed_split or self.loss_split):
-            raise InfeasiblePlan("plan: first_layers/last_layers cannot be mixed with embed_split/loss_split "
-                                 "(Megatron-Core rejects it too); use one or give a layout")
-        if self.layout and (uneven or self.embed_split or self.loss_split):
-            raise InfeasiblePlan("plan: layout sets every stage already; drop first_layers, last_layers, "
-                                 "embed_split and loss_split")
 
     def _fill_from_framework(self) -> None:
         """Knobs the plan leaves as None take the stack's default."""
@@ -258,9 +187,28 @@ class Plan:
         return self.dp // self.shard_dp
 
     @property
+    def ep_folded(self) -> bool:
+        """Expert parallelism over tp x a factor of dp (Megatron-Core's MoE parallel folding with etp=1)."""
+        ep, tp = self.ep, self.tp
+        return (ep > 1 and self.dp % ep != 0 and self.etp == 1 and tp > 1 and ep % tp == 0
+                and self.dp % (ep // tp) == 0)
+
+    @property
+    def ep_dp(self) -> int:
+        """The factor of dp that expert parallelism spans (all of ep unless folded over tp)."""
+        return self.ep // self.tp if self.ep_folded else self.ep
+
+    @property
+    def expert_dp_ranks(self) -> int:
+        """Ranks that hold the same experts (their gradient and ZeRO group): expert-DP x cp, x tp when
+        etp=1 keeps whole experts on TP ranks that are not expert-parallel themselves."""
+        whole_on_tp = self.expert_tp == 1 and self.tp > 1 and not self.ep_folded
+        return self.edp * self.cp * (self.tp if whole_on_tp else 1)
+
+    @property
     def edp(self) -> int:
-        """Data-parallel degree of expert weights (dp / ep)."""
-        return self.dp // self.ep
+        """Data-parallel degree of expert weights over dp (dp / ep, or dp / (ep / tp) when folded)."""
+        return self.dp // self.ep_dp
 
     @property
     def dtype_bytes(self) -> int:

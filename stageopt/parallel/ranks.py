@@ -42,7 +42,7 @@ _COORD_ORDER = ("tp", "cpa", "cp", "ep", "dps", "dpr", "pp")
 
 def axis_degrees(plan: Plan) -> dict[str, int]:
     """Degree of every coordinate axis of the rank layout."""
-    return {"tp": plan.tp, "cpa": plan.cpa, "cp": plan.cp // plan.cpa, "ep": plan.ep,
+    return {"tp": plan.tp, "cpa": plan.cpa, "cp": plan.cp // plan.cpa, "ep": plan.ep_dp,
             "dps": plan.edp // plan.dp_replicate, "dpr": plan.dp_replicate, "pp": plan.pp}
 
 
@@ -53,8 +53,14 @@ def dense_dp_groups(plan: Plan) -> tuple[str, str]:
 
 
 def expert_dp_group(plan: Plan) -> str:
-    """Where expert gradients are reduced: over the TP ranks too when experts are whole on each (etp=1)."""
-    return "tp_edp_cp" if plan.expert_tp == 1 and plan.tp > 1 else "edp_cp"
+    """Where expert gradients are reduced: over the TP ranks too when experts are whole on each (etp=1)
+    and the TP ranks are not expert-parallel themselves (folding)."""
+    return "tp_edp_cp" if plan.expert_tp == 1 and plan.tp > 1 and not plan.ep_folded else "edp_cp"
+
+
+def axes_of(plan: Plan, kind: str) -> tuple[str, ...]:
+    """The coordinate axes of a ``kind`` group on this plan: expert parallelism folded over TP spans tp too."""
+    return ("tp", "ep") if kind == "ep" and plan.ep_folded else GROUP_AXES[kind]
 
 
 def coords_of(plan: Plan, rank: int) -> dict[str, int]:
@@ -79,13 +85,13 @@ def rank_of(plan: Plan, coords: dict[str, int]) -> int:
 
 
 def group_size(plan: Plan, kind: str) -> int:
-    return int(np.prod([axis_degrees(plan)[a] for a in GROUP_AXES[kind]]))
+    return int(np.prod([axis_degrees(plan)[a] for a in axes_of(plan, kind)]))
 
 
 def group_members(plan: Plan, kind: str, rank: int) -> list[int]:
     """Ranks in the ``kind`` group that contains ``rank`` (ascending)."""
     base = coords_of(plan, rank)
-    axes = GROUP_AXES[kind]
+    axes = axes_of(plan, kind)
     members = [rank_of(plan, {**base, **dict(zip(axes, idx))})
                for idx in np.ndindex(*[axis_degrees(plan)[a] for a in axes])]
     return sorted(members)
@@ -104,7 +110,7 @@ def all_groups(plan: Plan, kind: str) -> np.ndarray:
     shape = [degs[a] for a in reversed(_COORD_ORDER)]
     grid = np.arange(plan.gpus, dtype=np.int64).reshape(shape)
     names = list(reversed(_COORD_ORDER))
-    axes = GROUP_AXES[kind]
+    axes = axes_of(plan, kind)
     keep = [names.index(a) for a in names if a not in axes]
     moved = [names.index(a) for a in reversed(_COORD_ORDER) if a in axes]
     return np.sort(grid.transpose(keep + moved).reshape(-1, size), axis=1)
@@ -122,7 +128,7 @@ def group_stride(plan: Plan, kind: str) -> int:
     (``edp_cp``) steps by ``tp * ep``, not ``tp``.
     """
     stride = 1
-    axes = GROUP_AXES[kind]
+    axes = axes_of(plan, kind)
     degrees = axis_degrees(plan)
     for axis in _COORD_ORDER:
         if axis in axes and degrees[axis] > 1:

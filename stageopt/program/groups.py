@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.ranks import GROUP_AXES, all_groups, axis_degrees
+from stageopt.parallel.ranks import all_groups, axes_of, axis_degrees
 
 KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "edp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate", "cpa")
 TIER_PARTS = ("", "node", "nodes")  # a whole group, its members in one node, one member per node
@@ -76,7 +76,7 @@ class GroupTable:
 
         for kind in sorted(set(kinds), key=order):
             base, part = split_kind(kind)
-            key = (tuple(a for a in GROUP_AXES[base] if degrees[a] > 1), part)
+            key = (tuple(a for a in axes_of(plan, base) if degrees[a] > 1), part)
             if not key[0]:
                 continue
             if key not in by_axes:

@@ -50,8 +50,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     zero = c["zero"]
 
     def sharded(on):
-        return np.where(on, dense / (c["shard_dp"] * c["cp"]) + expert / (edp * c["cp"] * c["expert_tp_ranks"]),
-                        dense + expert)
+        return np.where(on, dense / (c["shard_dp"] * c["cp"]) + expert / c["expert_dp"], dense + expert)
 
     weights = sharded(zero >= 3) * proto.dtype_bytes
     gradients = sharded(zero >= 2) * proto.grad_bytes

@@ -21,8 +21,9 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     dense, expert = stage_params(cost, comp, c)
     edp = c["dp"] / c["ep"]
     expert_stride = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])  # with cp = 1 expert-grad groups step over ep
-    expert_n = edp * c["cp"] * c["expert_tp_ranks"]  # etp=1: whole experts, reduced over the tp ranks too
-    expert_stride = np.where(c["expert_tp_ranks"] > 1, 1, expert_stride)
+    expert_n = c["expert_dp"]  # with etp=1 the whole experts of TP ranks (not folded into EP) reduce over tp too
+    expert_stride = np.where(expert_n > edp * c["cp"], 1, expert_stride)
+    expert_stride = np.where(c["ep_fold"], c["tp"] * np.where(c["cp"] > 1, 1, c["ep"] / c["tp"]), expert_stride)
     shard = c["shard_dp"] * c["cp"]  # one sharded copy (all of dp unless hybrid sharding)
     replicas = c["dp"] / c["shard_dp"]
     groups = ((dense, shard, c["tp"]), (expert, expert_n, expert_stride))

@@ -58,8 +58,7 @@ def shard_degrees(work: Workload) -> tuple[int, int]:
     """Ranks that share (and can shard) dense and expert states under ZeRO (one copy's worth with
     hybrid sharding)."""
     plan = work.plan
-    expert_tp_ranks = plan.tp if plan.expert_tp == 1 else 1  # etp=1: whole experts, reduced over tp too
-    return plan.shard_dp * plan.cp, plan.edp * plan.cp * expert_tp_ranks
+    return plan.shard_dp * plan.cp, plan.expert_dp_ranks
 
 
 def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
