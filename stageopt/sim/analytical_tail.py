@@ -19,11 +19,7 @@ ADAM_STATE_TRAFFIC = 2 * OPTIMIZER_BYTES  # fp32 master, m, v: read and written 
 def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray) -> dict[str, np.ndarray]:
     """Exposed data-parallel reduction and the optimizer step of one stage."""
     dense, expert = stage_params(cost, comp, c)
-    edp = c["dp"] / c["ep"]
-    expert_stride = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])  # with cp = 1 expert-grad groups step over ep
-    expert_n = c["expert_dp"]  # with etp=1 the whole experts of TP ranks (not folded into EP) reduce over tp too
-    expert_stride = np.where(expert_n > edp * c["cp"], 1, expert_stride)
-    expert_stride = np.where(c["ep_fold"], c["tp"] * np.where(c["cp"] > 1, 1, c["ep"] / c["tp"]), expert_stride)
+    expert_n, expert_stride = _expert_group(c)
     shard = c["shard_dp"] * c["cp"]  # one sharded copy (all of dp unless hybrid sharding)
     replicas = c["dp"] / c["shard_dp"]
     groups = ((dense, shard, c["tp"]), (expert, expert_n, expert_stride))
@@ -61,6 +57,19 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     opt_bytes = updated * (ADAM_STATE_TRAFFIC + g_bytes + w_bytes)
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
     return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_first": zero3_first}
+
+
+def _expert_group(c: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Size and member stride of the group that reduces expert gradients (expert-DP x cp ranks).
+
+    With cp = 1 it steps over the EP ranks; with etp=1 it takes in the TP ranks (stride 1); with EP
+    folded over TP (ep = tp x a factor of dp) it steps over that whole block.
+    """
+    n = c["expert_dp"]
+    plain = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])
+    whole_on_tp = n > c["dp"] / c["ep"] * c["cp"]
+    folded = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"] / c["tp"])
+    return n, np.where(c["ep_fold"], folded, np.where(whole_on_tp, 1, plain))
 
 
 def bucketed_time(hw: Hardware, kind: str, params, per_param_bytes: int, n, stride, bucket_params,
