@@ -3,9 +3,10 @@
 Ranks are numbered with TP innermost (so a TP group sits inside one node),
 then CP, then DP (whose inner factor is EP), and PP outermost:
 ``rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))`` with
-``dp_i = ep_i + ep * edp_i``, ``cp_i = cpa_i + cpa * ring_i`` (hierarchical CP), and ``edp_i = dps_i + dps * dpr_i`` where hybrid
-sharding (``Plan.dp_shard``) cuts data parallelism into shards (inner, ``dps``)
-and their replicas (outer, ``dpr``; degree 1 unless hybrid). A group is the
+``dp_i = ep_i + ep * edp_i``, ``cp_i = cpa_i + cpa * ring_i`` (hierarchical CP)
+and ``edp_i = dps_i + dps * dpr_i``, where hybrid sharding (``Plan.dp_shard``) cuts
+data parallelism into shards (inner, ``dps``) and their replicas (outer, ``dpr``;
+degree 1 unless hybrid). With EP folded over TP, ``ep`` is dp's factor ep / tp. A group is the
 set of ranks that differ only in the coordinates of its axes. Groups of one
 rank are never produced: an axis of degree 1 has no group.
 """
@@ -71,8 +72,9 @@ def coords_of(plan: Plan, rank: int) -> dict[str, int]:
         deg = axis_degrees(plan)[axis]
         out[axis] = rest % deg
         rest //= deg
-    out["edp"] = out["dps"] + axis_degrees(plan)["dps"] * out["dpr"]
-    out["dp"] = out["ep"] + plan.ep * out["edp"]
+    degrees = axis_degrees(plan)
+    out["edp"] = out["dps"] + degrees["dps"] * out["dpr"]
+    out["dp"] = out["ep"] + degrees["ep"] * out["edp"]  # the ep coordinate is dp's factor (ep / tp when folded)
     return out
 
 
@@ -106,7 +108,7 @@ def all_groups(plan: Plan, kind: str) -> np.ndarray:
     if size == 1:
         return np.zeros((0, 1), dtype=np.int64)
     degs = axis_degrees(plan)
-    # grid[pp, edp, ep, cp, tp] holds the rank; move the group's axes last.
+    # grid[pp, dpr, dps, ep, cp, cpa, tp] holds the rank; move the group's axes last.
     shape = [degs[a] for a in reversed(_COORD_ORDER)]
     grid = np.arange(plan.gpus, dtype=np.int64).reshape(shape)
     names = list(reversed(_COORD_ORDER))

@@ -17,7 +17,7 @@ from stageopt.hardware.network import collective_time, exposed_under_gemm, pipel
 from stageopt.parallel.ranks import group_stride
 
 RING_COMMS = ("p2p", "a2a+p2p")  # cp_comm values whose K/V exchange over "cp" is a ring under attention
-DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate", "tp_edp_cp")  # the data-parallel communicators (GradSync)
+DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate", "tp_edp_cp")  # the data-parallel communicators (GradSync.dp_groups)
 from stageopt.program.nodes import COLL, COMP, SEND, StageProgram
 from stageopt.workload import Workload
 

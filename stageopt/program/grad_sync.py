@@ -15,7 +15,6 @@ from stageopt.workload.memory import shard_degrees, stage_params
 from stageopt.workload.stats import OPTIMIZER_FLOPS_PER_PARAM
 
 OPTIMIZER_STATE_BYTES = 24  # fp32 master weight, Adam m and v: each read and written (3 x 4 x 2)
-DP_GROUPS = ("dp_cp", "edp_cp")
 
 
 @dataclass

@@ -60,7 +60,7 @@ from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunk
 from stageopt.parallel.ranks import dense_dp_groups, expert_dp_group, group_size
 from stageopt.parallel.schedule import Step, stage_order
 from stageopt.program.block_ops import BlockOps, OpShape, block_ops
-from stageopt.program.grad_sync import DP_GROUPS, Bucket, GradSync
+from stageopt.program.grad_sync import Bucket, GradSync
 from stageopt.program.nodes import COLL, COMP, NEXT, PREV, RECV, SEND, ProgramNode, StageProgram
 from stageopt.program.params import block_params
 from stageopt.workload import Chunk, Workload
@@ -133,9 +133,8 @@ class _StageBuilder(GradSync):
         shard_group, replicas = dense_dp_groups(self.plan)
         self.dp_groups = (shard_group, expert_dp_group(self.plan))  # dense then expert gradients (GradSync)
         self.replicas = replicas
-        self.sizes = {g: group_size(self.plan, g) for g in ("tp", "cp", "ep", "cpa", *self.dp_groups, *DP_GROUPS)}
-        if replicas:
-            self.sizes[replicas] = group_size(self.plan, replicas)
+        kinds_used = ("tp", "cp", "ep", "cpa", *self.dp_groups, *([replicas] if replicas else []))
+        self.sizes = {g: group_size(self.plan, g) for g in kinds_used}
         self.b = _Builder()
         plan = self.plan
         self.n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)

@@ -16,7 +16,7 @@ from stageopt.hardware.network import collective_time
 from stageopt.model import load_model
 from stageopt.parallel.feasibility import validate_plan
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.ranks import expert_dp_group, group_members, group_size
+from stageopt.parallel.ranks import coords_of, expert_dp_group, group_members, group_size
 from stageopt.program import ProgramOptions, build_programs
 from stageopt.program.durations import node_durations
 from stageopt.sim.analytical import AnalyticalSimulator
@@ -38,6 +38,8 @@ def test_ep_spans_tp_and_a_factor_of_dp() -> None:
     assert group_members(plan, "ep", 0) == list(range(8))  # both TP ranks of all four replicas
     assert expert_dp_group(plan) == "edp_cp" and group_size(plan, "edp_cp") == 1  # every rank has its own experts
     assert group_members(plan, "dp_cp", 0) == [0, 2, 4, 6]  # dense gradients as before
+    wider = Plan.parse("tp=4 dp=8 ep=16 etp=1 sp=on gbs=8")  # folded: ep's dp factor 4, two expert-DP copies
+    assert sorted({coords_of(wider, r)["dp"] for r in range(wider.gpus)}) == list(range(8))  # a rank's dp index
 
 
 def test_per_rank_experts_and_dispatch_equal_the_unfolded_plan_with_the_same_ep() -> None:
