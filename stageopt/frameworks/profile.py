@@ -60,6 +60,13 @@ class FrameworkProfile:
     fused flash kernel) or ``op`` (torchtitan's op-level policy: matmul outputs
     are saved except every second one, attention and reduce-scatters are
     saved, everything else is re-run).
+    ``grad_reduce_dtype`` is the dtype bf16 (and fp8) training accumulates and
+    reduces gradients in, where the plan leaves ``grad_dtype`` unset (fp16
+    training reduces fp16 gradients in every shipped stack).
+    ``bf16_grad_all_reduce``: bf16/fp8 training all-reduces whole gradients
+    even when the optimizer is sharded (ZeRO-1/2), each rank then updating its
+    shard, as DeepSpeed's BF16_Optimizer does; otherwise they are
+    reduce-scattered.
     """
 
     name: str
@@ -84,6 +91,8 @@ class FrameworkProfile:
     moe_shared_expert_overlap: bool = False
     fsdp_unsharded_across_microbatches: bool = False
     selective_recompute: Literal["attention", "op"] = "attention"
+    grad_reduce_dtype: Literal["bf16", "fp32"] = "bf16"
+    bf16_grad_all_reduce: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -101,6 +110,14 @@ class FrameworkProfile:
         if self.grad_bucket_params is None:
             return None
         return np.maximum(self.grad_bucket_params, self.grad_bucket_params_per_rank * np.asarray(dp_ranks, dtype=float))
+
+    def default_grad_dtype(self, dtype: str) -> str:
+        """The gradient dtype this stack uses for a plan computing in ``dtype``."""
+        return self.grad_reduce_dtype if dtype in ("bf16", "fp8") else "bf16"
+
+    def all_reduces_sharded_grads(self, dtype: str) -> bool:
+        """Whether ZeRO-1/2 gradients are all-reduced whole (not reduce-scattered) for ``dtype`` training."""
+        return self.bf16_grad_all_reduce and dtype in ("bf16", "fp8")
 
     def default_zero(self, dp: int, cp: int = 1) -> int:
         """The ZeRO stage this stack uses when the plan does not say (states shard over dp x cp)."""

@@ -84,7 +84,7 @@ class Plan:
     recompute: str = "none"
     schedule: str = "1f1b"
     dtype: str = "bf16"
-    grad_dtype: str = "bf16"
+    grad_dtype: str | None = None
     dp_overlap: bool | None = None
     tp_overlap: bool | None = None
     first_layers: int = 0
@@ -145,7 +145,8 @@ class Plan:
         stack = self.framework
         defaults = {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
                     "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
-                    "moe_overlap": stack.moe_shared_expert_overlap}
+                    "moe_overlap": stack.moe_shared_expert_overlap,
+                    "grad_dtype": stack.default_grad_dtype(self.dtype)}
         for name, value in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -175,6 +176,12 @@ class Plan:
         if self.zero == 3 and self.pp > 1 and self.framework.fsdp_unsharded_across_microbatches:
             return 1
         return self.zero
+
+    @property
+    def grad_sync_kind(self) -> str:
+        """The collective that reduces gradients over data parallelism at the end of a step (ZeRO 0-2)."""
+        whole = self.step_zero == 0 or self.framework.all_reduces_sharded_grads(self.dtype)
+        return "all_reduce" if whole else "reduce_scatter"
 
     @property
     def shard_dp(self) -> int:
@@ -231,6 +238,7 @@ class Plan:
         def on(flag: bool | None) -> str:
             return "on" if flag else "off"
 
+        stack_grad = self.framework.default_grad_dtype(self.dtype)
         text = (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} ep={self.ep} vpp={self.vpp} "
                 f"mbs={self.mbs} gbs={self.gbs} zero={self.zero} recompute={self.recompute} "
                 f"sp={on(self.sp)} schedule={self.schedule} dtype={self.dtype} tp_overlap={on(self.tp_overlap)} "
@@ -242,7 +250,8 @@ class Plan:
                  f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
                  f"cp_a2a={self.cp_a2a}" if self.cp_a2a else "",
                  "moe_overlap=on" if self.moe_overlap else "",
-                 f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else ""]
+                 f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
+                 f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod

@@ -31,6 +31,9 @@ def check_sharding(plan) -> None:
     if plan.ep > 1:
         raise InfeasiblePlan(f"plan: dp_shard={shard} with ep={plan.ep} (hybrid sharding of expert "
                              "states) is not modelled; use ep=1 or drop dp_shard")
+    if plan.zero < 3 and plan.framework.all_reduces_sharded_grads(plan.dtype):
+        raise InfeasiblePlan(f"plan: dp_shard={shard} needs gradients reduce-scattered inside a copy, but framework "
+                             f"{plan.framework.name} all-reduces whole {plan.dtype} gradients; drop dp_shard")
 
 
 def check_expert_tp(plan) -> None:

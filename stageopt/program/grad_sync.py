@@ -94,7 +94,7 @@ class GradSync:
             self.reductions.append(deps[0])
         if plan.step_zero >= 3:
             return
-        kind = "all_reduce" if plan.step_zero == 0 else "reduce_scatter"
+        kind = plan.grad_sync_kind
         for group in self.dp_groups:
             size, params = self.sizes[group], p.of_group(group)
             if size > 1 and params:

@@ -33,7 +33,8 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
         return bucketed_time(hw, kind, params, per_param_bytes, n, stride, bucket, layers if per_block else 1)
 
     bucket = stack.grad_bucket(c["dp"] * c["cp"])
-    grad_t = sum(np.where(zero == 0, sync("all_reduce", p, n, s, g_bytes, bucket),
+    whole = (zero == 0) | stack.all_reduces_sharded_grads(proto.dtype)  # every rank receives all gradients
+    grad_t = sum(np.where(whole, sync("all_reduce", p, n, s, g_bytes, bucket),
                           sync("reduce_scatter", p, n, s, g_bytes, bucket)) for p, n, s in groups)
     across = c["tp"] * shard  # hybrid sharding: each dense shard all-reduced over the copies
     grad_t = grad_t + np.where(replicas > 1, sync("all_reduce", dense / shard, replicas, across, g_bytes, bucket), 0)

@@ -80,7 +80,7 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
         if plan.step_zero == 0:
             out.append(CollectiveUse(group, "all_reduce", "dp", 1, grads, size))
         elif plan.step_zero in (1, 2):
-            out += [CollectiveUse(group, "reduce_scatter", "dp", 1, grads, size),
+            out += [CollectiveUse(group, plan.grad_sync_kind, "dp", 1, grads, size),
                     CollectiveUse(group, "all_gather", "dp", 1, weights, size)]
             if across:
                 out.append(CollectiveUse(across, "all_reduce", "dp", 1, grads / size, group_size(plan, across)))
