@@ -16,9 +16,9 @@ from stageopt.graph.ssm import mamba2
 from stageopt.graph.symbols import SW
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
-from stageopt.model.layer_types import LAYER_KINDS, is_layer, kind_parts
+from stageopt.model.layer_types import HEAD_KINDS, LAYER_KINDS, MTP_KINDS, is_layer, kind_parts
 
-BLOCK_KINDS = ("embedding", *LAYER_KINDS, "head")
+BLOCK_KINDS = ("embedding", *LAYER_KINDS, *MTP_KINDS, "head")
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,10 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
         _tokens, out = templates.embedding(b, arch)
         return b, None, out
     x = templates.layer_input(arch)
-    if kind == "head":
-        return b, x, templates.head(b, x, arch)
+    if kind in HEAD_KINDS:
+        return b, x, templates.head(b, x, arch, shared=(kind == "mtp_head"))
+    if kind == "mtp":
+        return b, x, templates.mtp_input(b, x, arch)
     mixer, ffn = kind_parts(kind)
     y = x
     if mixer == "attn":
@@ -68,7 +70,7 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
 def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     """Forward ops, backward from per-op rules, and recompute applied (layers only)."""
     fwd, x, y = _forward(kind, arch)
-    seed = None if kind == "head" else fwd.derive(y, f"d{y.name}", role="grad")
+    seed = None if kind in HEAD_KINDS else fwd.derive(y, f"d{y.name}", role="grad")
     back = differentiate(fwd, y, seed, x)
     weights: dict[int, Tensor] = {}
     for op in fwd.ops:

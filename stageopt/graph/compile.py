@@ -18,6 +18,7 @@ from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.layout import PARTIAL
 from stageopt.graph.overlap import overlap_partners
+from stageopt.model.layer_types import HEAD_KINDS
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
@@ -91,7 +92,7 @@ def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[Colle
     exprs["saved_bytes"] = _sum([t.local_bytes() for t in acts])
     exprs["logits_bytes"] = _sum([t.local_bytes() for t in graph.saved if t.role == "logits"])
     exprs["working_bytes"] = _sum([t.local_bytes() for t in graph.working_set if t.role != "logits"])
-    exprs["boundary_bytes"] = graph.output.local_bytes() if graph.kind != "head" else sp.Integer(0)
+    exprs["boundary_bytes"] = graph.output.local_bytes() if graph.kind not in HEAD_KINDS else sp.Integer(0)
     for group in ("dense", "expert"):
         ws = [w for w in graph.weights if w.param_group == group]
         exprs[f"params_{group}"] = _sum([w.global_numel() for w in ws if w.counted])

@@ -258,11 +258,15 @@ def embedding(b: GraphBuilder, arch: Arch) -> tuple[Tensor, Tensor]:
     return tokens, x
 
 
-def head(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
-    """Final norm, vocab-parallel output layer and cross-entropy; returns the loss."""
-    h = _norm(b, x, arch, "ln_f")
+def head(b: GraphBuilder, x: Tensor, arch: Arch, shared: bool = False) -> Tensor:
+    """Final norm, vocab-parallel output layer and cross-entropy; returns the loss.
+
+    ``shared``: the output layer is the main head's (a multi-token-prediction module's prediction),
+    so it computes and takes gradients but holds no parameters of its own.
+    """
+    h = _norm(b, x, arch, "mtp_ln_f" if shared else "ln_f")
     logits = b.einsum("logits", "bsh,vh->bsv", (h, weight("output", (V, H), Layout.of(tp=Split(0)),
-                                                           counted=not arch.tied)), precision=0)
+                                                           counted=not (arch.tied or shared))), precision=0)
     (probs,) = b.vector("cross_entropy", (logits,), flops_per_elem=6, bwd_flops_per_elem=2, needs=("out0",),
                         fuse="cross_entropy", eager_passes=2.0,  # log-softmax, then the loss
                         outputs=(("softmax_fp32", FP32, "logits"),))
@@ -274,6 +278,27 @@ def head(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
               vector_flops=probs.local_numel(),
               attrs={"needs": (), "bwd": "generic", "bwd_flops": 1, "fuse": "cross_entropy"}))
     return b.convert(token_loss, Layout.of(**sequence_split(arch)))
+
+
+def mtp_input(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
+    """A multi-token-prediction module's input (DeepSeek-V3 sec. 2.2): the next tokens through the shared
+    embedding and the hidden state ``x``, each normed, concatenated and projected 2h -> h (Megatron's
+    column-parallel ``eh_proj``, gathered back to the residual layout). The concatenation is written as
+    the two halves of the projection summed: the same FLOPs and bytes."""
+    tokens = Tensor(name="mtp_tokens", shape=(B, S), layout=Layout.of(**sequence_split(arch)), dtype_bytes=4,
+                    role="input")
+    table = weight("embedding", (V, H), Layout.of(tp=Split(0)), counted=False)
+    embedded = Tensor(name="mtp_embedded", shape=(B, S, H), layout=Layout.of(**sequence_split(arch), tp=PARTIAL),
+                      dtype_bytes=ACT)
+    b.emit(Op(name="mtp_embed", kind="vector", inputs=(tokens, table), outputs=(embedded,),
+              vector_flops=sp.Integer(0), attrs={"needs": (), "bwd": "generic", "bwd_flops": 1}))
+    e = _norm(b, b.convert(embedded, residual_layout(arch)), arch, "mtp_enorm")
+    h = _norm(b, x, arch, "mtp_hnorm")
+    col = Layout.of(tp=Split(1))
+    from_h = b.einsum("mtp_proj_h", "bsh,hk->bsk", (h, weight("mtp_eh_h", (H, H), col)))
+    from_e = b.einsum("mtp_proj_e", "bsh,hk->bsk", (e, weight("mtp_eh_e", (H, H), col)))
+    (y,) = b.vector("mtp_proj_sum", (from_h, from_e), bwd="identity")
+    return b.convert(y, residual_layout(arch))
 
 
 def layer_input(arch: Arch) -> Tensor:

@@ -44,6 +44,7 @@ MODEL_BOUNDS: dict[str, tuple[int, str]] = {
     "ssm_state": (10**6, "real Mamba-2 states have at most a few hundred per channel"),
     "ssm_heads": (10**5, "real Mamba-2 layers have at most a few hundred heads"),
     "ssm_head_dim": (10**5, "real Mamba-2 heads have at most a few hundred channels"),
+    "mtp_layers": (100, "DeepSeek-V3 trains with one multi-token-prediction module"),
 }
 
 # Plan sizes: degrees are bounded by the GPU count; batches by what fits in a step.

@@ -40,7 +40,5 @@ def deepseek_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
         fields.update(experts=num("n_routed_experts"), top_k=num("num_experts_per_tok"),
                       expert_ffn=num("moe_intermediate_size"), shared_experts=num("n_shared_experts", 0),
                       dense_layers=num("first_k_dense_replace", 0))
-    mtp = num("num_nextn_predict_layers", 0)
-    if mtp:
-        fields["notes"] = f"{mtp} multi-token-prediction module(s) of the config are not modelled"
+    fields["mtp_layers"] = num("num_nextn_predict_layers", 0)  # trained with them; a layout then needs an m
     return fields

@@ -63,6 +63,29 @@ def layer_kinds(spec) -> tuple[str, ...]:
     return tuple(layer_kind(spec, i) for i in range(spec.layers))
 
 
+MTP_KINDS = ("mtp", "mtp_head")  # a multi-token-prediction module's input projection and its prediction
+HEAD_KINDS = ("head", "mtp_head")  # blocks that end in logits and a loss
+
+
+def mtp_layer_kind(spec) -> str:
+    """Block kind of the decoder layer inside each multi-token-prediction module (the model's last layer's)."""
+    return layer_kind(spec, spec.layers - 1)
+
+
 def block_kinds(spec) -> tuple[str, ...]:
-    """Every block kind a model needs: embedding, its layer kinds (first-seen order), head."""
-    return ("embedding", *dict.fromkeys(layer_kinds(spec)), "head")
+    """Every block kind a model needs: embedding, its layer kinds (first-seen order), MTP parts, head."""
+    mtp = MTP_KINDS if getattr(spec, "mtp_layers", 0) else ()
+    return ("embedding", *dict.fromkeys(layer_kinds(spec)), *mtp, "head")
+
+
+def model_block_counts(spec) -> dict[str, int]:
+    """Blocks of one model copy by kind (decoder layers, MTP modules with their layers, embedding, head)."""
+    counts = {"embedding": 1}
+    for kind in layer_kinds(spec):
+        counts[kind] = counts.get(kind, 0) + 1
+    mtp = getattr(spec, "mtp_layers", 0)
+    if mtp:
+        counts[mtp_layer_kind(spec)] += mtp
+        counts.update(mtp=mtp, mtp_head=mtp)
+    counts["head"] = 1
+    return counts

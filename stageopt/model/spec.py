@@ -54,6 +54,12 @@ class ModelSpec:
     ``ssm_state`` per head channel, ``ssm_groups`` groups of B/C projections,
     a causal convolution of width ``ssm_conv`` and chunk length ``ssm_chunk``
     for the state-space-duality algorithm.
+
+    ``mtp_layers`` multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
+    ``--mtp-num-layers``) follow the decoder on the loss stage: each embeds the
+    next tokens with the shared embedding, projects them with the hidden state
+    (2h -> h), runs one more decoder layer of the model's last kind and predicts
+    through the shared output layer with its own loss.
     """
 
     name: str = "custom"
@@ -93,6 +99,7 @@ class ModelSpec:
     ssm_groups: int = 1
     ssm_conv: int = 4
     ssm_chunk: int = 256
+    mtp_layers: int = 0
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -153,7 +160,7 @@ def _validate(spec: ModelSpec) -> None:
     _require_count(spec, ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"), 1)
     _require_count(spec, ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim",
                           "q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "sliding_window",
-                          "ssm_state", "ssm_heads", "ssm_head_dim"), 0)
+                          "ssm_state", "ssm_heads", "ssm_head_dim", "mtp_layers"), 0)
     _require_choice(spec, "family", FAMILIES)
     _require_choice(spec, "norm", NORMS)
     _require_choice(spec, "activation", ACTIVATIONS)

@@ -52,7 +52,7 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
             why = "tp (sequence parallelism)"
         raise InfeasiblePlan(f"plan: seq={model.seq} is not divisible by {why} = {seq_split}; "
                              "change cp/tp or the sequence length")
-    model_stages(plan, model.layers)  # raises for a split Megatron-Core would reject
+    model_stages(plan, model.layers, model.mtp_layers)  # raises for a split Megatron-Core would reject
     if plan.gbs % (plan.mbs * plan.dp):
         raise InfeasiblePlan(
             f"plan: gbs={plan.gbs} is not divisible by mbs*dp = {plan.mbs}*{plan.dp} = {plan.mbs * plan.dp}; "
@@ -85,7 +85,7 @@ def _check_schedule(plan: Plan) -> None:
                              "raise gbs or lower mbs")
 
 
-def model_stages(plan: Plan, layers: int) -> list[ModelStage]:
+def model_stages(plan: Plan, layers: int, mtp: int = 0) -> list[ModelStage]:
     """Layers (and embedding, loss) of each model stage of one model copy under the plan."""
     n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
     vpp = n_model // plan.pp
@@ -93,7 +93,7 @@ def model_stages(plan: Plan, layers: int) -> list[ModelStage]:
         raise InfeasiblePlan(f"plan: first_layers/last_layers name pipeline ranks of a looped schedule; "
                              f"schedule={plan.schedule} puts both ends on rank 0, so give a layout or "
                              "embed_split/loss_split instead")
-    return split_layers(layers, plan.pp, vpp, **plan.pipeline_split)
+    return split_layers(layers, plan.pp, vpp, mtp=mtp, **plan.pipeline_split)
 
 
 def _divides(degree: int, name: str, value: int, field: str) -> None:

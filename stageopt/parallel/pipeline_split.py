@@ -24,16 +24,18 @@ from dataclasses import dataclass
 
 from stageopt.errors import InfeasiblePlan
 
-_LAYOUT_CHARS = {"E": "embedding", "t": "decoder", "L": "loss"}
+_LAYOUT_CHARS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
 
 
 @dataclass(frozen=True, slots=True)
 class ModelStage:
-    """One model stage: its decoder layers and whether it holds the embedding or the loss (output layer)."""
+    """One model stage: its decoder layers, whether it holds the embedding or the loss (output layer),
+    and the multi-token-prediction modules it runs (they sit with the loss)."""
 
     layers: int
     embedding: bool = False
     loss: bool = False
+    mtp: int = 0
 
 
 def parse_layout(text: str) -> list[str]:
@@ -53,29 +55,34 @@ def parse_layout(text: str) -> list[str]:
         raise InfeasiblePlan(f"plan: layout={text!r} has a repeat count that is not a number") from None
     bad = sorted({c for c in flat if c not in _LAYOUT_CHARS and c != "|"})
     if bad:
-        hint = " (multi-token prediction layers are not modelled)" if "m" in bad else ""
-        raise InfeasiblePlan(f"plan: layout={text!r} has unknown layer character(s) {''.join(bad)!r}{hint}; "
-                             "use E (embedding), t (decoder layer), L (loss) and | between stages")
+        raise InfeasiblePlan(f"plan: layout={text!r} has unknown layer character(s) {''.join(bad)!r}; use E "
+                             "(embedding), t (decoder layer), m (MTP module), L (loss) and | between stages")
     return flat.split("|")
 
 
-def layout_stages(text: str, layers: int) -> list[ModelStage]:
+def layout_stages(text: str, layers: int, mtp: int = 0) -> list[ModelStage]:
     """Model stages of a layout string, checked as Megatron-Core checks them."""
     stages = parse_layout(text)
     flat = "".join(stages)
     if flat.count("t") != layers:
         raise InfeasiblePlan(f"plan: layout has {flat.count('t')} decoder layers (t) but the model has "
                              f"layers={layers}; make the layout's t count {layers}")
+    if flat.count("m") != mtp:
+        raise InfeasiblePlan(f"plan: layout has {flat.count('m')} MTP modules (m) but the model has "
+                             f"mtp_layers={mtp}; put {mtp} m before the L")
+    if any("m" in s and "L" not in s for s in stages):
+        raise InfeasiblePlan("plan: layout puts an MTP module (m) in a stage without the loss (L); "
+                             "stageopt models MTP on the loss stage, so write ...mL")
     if flat.count("E") != 1 or flat.count("L") != 1:
         raise InfeasiblePlan("plan: layout must name the embedding (E) and the loss (L) exactly once each")
     if not stages[0].startswith("E") or not stages[-1].endswith("L"):
         raise InfeasiblePlan("plan: layout must start with E in the first stage and end with L in the last "
                              f"stage, got first {stages[0]!r} and last {stages[-1]!r}")
-    return [ModelStage(layers=s.count("t"), embedding="E" in s, loss="L" in s) for s in stages]
+    return [ModelStage(layers=s.count("t"), embedding="E" in s, loss="L" in s, mtp=s.count("m")) for s in stages]
 
 
 def split_layers(layers: int, pp: int, vpp: int, *, first: int = 0, last: int = 0, embed_split: bool = False,
-                 loss_split: bool = False, layout: str = "") -> list[ModelStage]:
+                 loss_split: bool = False, layout: str = "", mtp: int = 0) -> list[ModelStage]:
     """Decoder layers per model stage (``pp * vpp`` of them, model order), embedding first, loss last.
 
     ``first``/``last`` (0 = unset) are the layers of the first and last pipeline
@@ -84,10 +91,11 @@ def split_layers(layers: int, pp: int, vpp: int, *, first: int = 0, last: int = 
     loss as one layer each and split the total evenly over all model stages.
     With none of them, layers split evenly; with vpp=1 a remainder goes to the
     middle stages first (stageopt's default; Megatron would need divisibility).
+    ``mtp`` multi-token-prediction modules go with the loss (Megatron-Core's default placement).
     """
     n = pp * vpp
     if layout:
-        stages = layout_stages(layout, layers)
+        stages = layout_stages(layout, layers, mtp)
         if len(stages) != n:
             raise InfeasiblePlan(f"plan: layout has {len(stages)} stages but pp*vpp = {pp}*{vpp} = {n}; "
                                  f"give {n} '|'-separated stages or set vpp={len(stages) // pp if len(stages) % pp == 0 else '?'}")
@@ -98,7 +106,8 @@ def split_layers(layers: int, pp: int, vpp: int, *, first: int = 0, last: int = 
         counts = _balanced_counts(layers, n, embed_split, loss_split)
     else:
         counts = _even_counts(layers, pp, vpp)
-    return [ModelStage(layers=c, embedding=(k == 0), loss=(k == n - 1)) for k, c in enumerate(counts)]
+    return [ModelStage(layers=c, embedding=(k == 0), loss=(k == n - 1), mtp=mtp if k == n - 1 else 0)
+            for k, c in enumerate(counts)]
 
 
 def _even_counts(layers: int, pp: int, vpp: int) -> list[int]:

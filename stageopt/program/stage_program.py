@@ -323,7 +323,7 @@ class _StageBuilder(GradSync):
 
 
 def chunk_blocks(chunk: Chunk) -> list[str]:
-    """The chunk's blocks in model order: embedding, its decoder layers, head."""
+    """The chunk's blocks in model order: embedding, its decoder layers (then MTP modules), head."""
     return ["embedding"] * chunk.blocks.get("embedding", 0) + list(chunk.layers) + ["head"] * chunk.blocks.get("head", 0)
 
 

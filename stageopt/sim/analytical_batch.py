@@ -20,13 +20,12 @@ micro-batch's backward when ``dp_overlap``) and the optimizer step.
 
 from __future__ import annotations
 
-from collections import Counter
 
 import numpy as np
 
 from stageopt.hardware import Hardware
 from stageopt.hardware.network import pipeline_message_time
-from stageopt.model.layer_types import block_kinds, layer_kinds
+from stageopt.model.layer_types import block_kinds, model_block_counts
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_blocks import block_costs
@@ -129,7 +128,7 @@ def _rates(model: ModelSpec, hw: Hardware, proto: Plan, cost: dict, c: dict, m: 
            out: dict[str, np.ndarray]) -> None:
     """Model and hardware FLOP rates, MFU and tokens per second."""
     kinds = list(cost)
-    counts_total = {"embedding": 1.0, "head": 1.0, **Counter(layer_kinds(model))}
+    counts_total = model_block_counts(model)
     ranks = c["dp"] * c["tp"] * c["cp"]
     model_flops = sum(counts_total[k] * (cost[k]["agg"]["fwd_flops"] + cost[k]["agg"]["bwd_flops"]) for k in kinds)
     recompute_flops = sum(counts_total[k] * cost[k]["agg"]["recompute_flops"] for k in kinds)

@@ -39,7 +39,7 @@ def pipeline_key(plan: Plan) -> tuple:
 @lru_cache(maxsize=512)
 def _chunk_table(model: ModelSpec, plan: Plan) -> np.ndarray:
     """Shape (stages, chunks per rank, columns(model)): each local chunk's blocks and messages."""
-    split = model_stages(plan, model.layers)
+    split = model_stages(plan, model.layers, model.mtp_layers)
     starts = [sum(st.layers for st in split[:k]) for k in range(len(split))]
     n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
     places = [rank_chunks(plan.schedule, plan.pp, plan.vpp, stage) for stage in range(plan.pp)]

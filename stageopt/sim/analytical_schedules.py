@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stageopt.model.layer_types import HEAD_KINDS
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.schedule import schedule_orders
@@ -100,7 +101,7 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
             passes[:, s, ch] = [got[k] for k in names]
             mem[0, s, ch] = sum(counts[k] * cost[k]["agg"]["saved_bytes"] for k in kinds)
             mem[1, s, ch] = sum(counts[k] * cost[k]["agg"]["wgrad_held_bytes"] for k in kinds)
-            mem[2, s, ch] = counts["head"] * cost["head"]["agg"]["logits_bytes"]
+            mem[2, s, ch] = sum(counts[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS if k in counts)
     single = passes[:4, dag.stage, dag.chunk]  # (F, B, I, W) of each node's chunk: (4, nodes, n)
     durations = np.take_along_axis(single, np.minimum(dag.kind, 3)[None, :, None], 0)[0]
     comm = np.select([dag.kind[:, None] == 0, dag.kind[:, None] == 3], [passes[6, dag.stage, dag.chunk], 0.0],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stageopt.model.layer_types import is_layer
+from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.plan import Plan
 from stageopt.workload.memory import OPTIMIZER_BYTES
 
@@ -58,7 +58,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     held, head_held = in_flight(c, m, s)
     saved = sum(n * cost[k]["agg"]["saved_bytes"] for k, n in comp.items() if k in cost)
     activations = held * saved
-    logits = comp["head"] * cost["head"]["agg"]["logits_bytes"] * head_held
+    logits = sum(comp[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS if k in comp) * head_held
     other = logits
     layer_kinds = [k for k in cost if is_layer(k) and k in comp]
     if proto.recompute == "full":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stageopt.model.layer_types import is_layer
+from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
 from stageopt.workload.sharding import Workload
 
@@ -78,8 +78,9 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     activations = peak_in_flight(order, per_chunk, held)
     other = 0.0
     for chunk in work.chunks[stage]:
-        if "head" in chunk.blocks:
-            other += work.value("head", "logits_bytes") * max_in_flight(order, chunk.local)
+        for kind in HEAD_KINDS:
+            if kind in chunk.blocks:
+                other += chunk.blocks[kind] * work.value(kind, "logits_bytes") * max_in_flight(order, chunk.local)
     if plan.recompute == "full":
         layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         other += max((work.value(k, "working_bytes") for k in layer_kinds), default=0.0)

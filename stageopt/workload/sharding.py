@@ -14,7 +14,7 @@ from functools import cached_property
 from stageopt.graph.block import arch_of
 from stageopt.graph.compile import CompiledBlock, compile_block
 from stageopt.graph.symbols import symbol_values
-from stageopt.model.layer_types import block_kinds, layer_kinds
+from stageopt.model.layer_types import block_kinds, layer_kinds, mtp_layer_kind
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.feasibility import model_stages, validate_plan
 from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
@@ -34,7 +34,7 @@ class Chunk:
     virtual: int  # position in the model pipeline
     blocks: dict[str, int]  # block kind -> count
     copy: int = 0
-    layers: tuple[str, ...] = ()  # decoder layer kinds in model order (embedding and head apart)
+    layers: tuple[str, ...] = ()  # decoder layer kinds in model order, then MTP parts (embedding and head apart)
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Workload:
 
 def layer_counts(model: ModelSpec, plan: Plan) -> list[int]:
     """Decoder layers per model stage of one copy (see :mod:`stageopt.parallel.pipeline_split`)."""
-    return [st.layers for st in model_stages(plan, model.layers)]
+    return [st.layers for st in model_stages(plan, model.layers, model.mtp_layers)]
 
 
 def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Workload:
@@ -99,7 +99,7 @@ def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Wor
     blocks = {k: compile_block(k, arch, plan.recompute) for k in block_kinds(model)}
     sym = symbol_values(model, plan)
     values = {k: b.evaluate(sym) for k, b in blocks.items()}
-    split = model_stages(plan, model.layers)
+    split = model_stages(plan, model.layers, model.mtp_layers)
     first_layer = [sum(st.layers for st in split[:k]) for k in range(len(split))]
     chunks: list[list[Chunk]] = []
     for stage in range(plan.pp):
@@ -107,6 +107,7 @@ def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Wor
         for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage):
             k = place.model_stage
             order = layer_kinds(model)[first_layer[k]:first_layer[k] + split[k].layers]
+            order += ("mtp", mtp_layer_kind(model), "mtp_head") * split[k].mtp
             row.append(Chunk(stage, place.local, k, chunk_blocks_of(model, split[k], first_layer[k]), place.copy,
                              order))
         chunks.append(row)
@@ -118,5 +119,9 @@ def chunk_blocks_of(model: ModelSpec, stage, start: int) -> dict[str, int]:
     blocks = {"embedding": int(stage.embedding)}
     for kind in layer_kinds(model)[start:start + stage.layers]:
         blocks[kind] = blocks.get(kind, 0) + 1
+    if stage.mtp:
+        blocks["mtp"] = stage.mtp
+        blocks[mtp_layer_kind(model)] = blocks.get(mtp_layer_kind(model), 0) + stage.mtp
+        blocks["mtp_head"] = stage.mtp
     blocks["head"] = int(stage.loss)
     return {k: v for k, v in blocks.items() if v}

@@ -53,8 +53,9 @@ def test_deepseek_v3_61_layers_on_pp16():
 
 def test_layout_string_unrolls_like_megatron():
     assert parse_layout("Et*3|(tt|)*2,t|L") == ["Ettt", "tt", "tt", "t", "L"]
-    with pytest.raises(InfeasiblePlan, match="multi-token"):
-        parse_layout("Et|m|L")
+    assert parse_layout("Et|tmL") == ["Et", "tmL"]  # m: a multi-token-prediction module
+    with pytest.raises(InfeasiblePlan, match="unknown layer character"):
+        parse_layout("Et|x|L")
 
 
 @pytest.mark.parametrize("text, words", [
