@@ -67,6 +67,9 @@ class FrameworkProfile:
     even when the optimizer is sharded (ZeRO-1/2), each rank then updating its
     shard, as DeepSpeed's BF16_Optimizer does; otherwise they are
     reduce-scattered.
+    ``moe_dispatcher`` is the stack's default MoE token dispatch (a plan's
+    ``dispatcher`` overrides it): ``alltoall`` or ``flex`` (node-deduplicated,
+    DeepEP / HybridEP).
     """
 
     name: str
@@ -93,6 +96,7 @@ class FrameworkProfile:
     selective_recompute: Literal["attention", "op"] = "attention"
     grad_reduce_dtype: Literal["bf16", "fp32"] = "bf16"
     bf16_grad_all_reduce: bool = False
+    moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -33,8 +33,21 @@ def ranks_inside_node(hw: Hardware, n, stride):
     return np.minimum(n, per_node)
 
 
-def collective_time(hw: Hardware, kind: str, size, n, stride):
-    """Seconds for one collective; ``size`` is the whole buffer (AG output, RS input)."""
+def remote_nodes_hit(n_out, copies):
+    """Expected other domains a token's ``copies`` routed experts fall in, experts spread evenly over
+    ``n_out`` domains and chosen uniformly: ``(n_out - 1)(1 - (1 - 1/n_out)^copies)``."""
+    n_out = np.asarray(n_out, dtype=float)
+    return (n_out - 1) * (1 - (1 - 1 / np.maximum(n_out, 1)) ** np.asarray(copies, dtype=float))
+
+
+def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1):
+    """Seconds for one collective; ``size`` is the whole buffer (AG output, RS input).
+
+    ``copies`` > 1 marks an MoE all-to-all whose buffer holds that many routed copies of
+    each token, dispatched node-deduplicated (DeepEP / HybridEP): each token crosses the
+    scale-out tier once per other domain holding one of its experts
+    (:func:`remote_nodes_hit`), and every copy then moves over the domain's own links.
+    """
     size = np.asarray(size, dtype=float)
     n = np.asarray(n, dtype=float)
     inner, outer = hw.tiers[0], hw.tiers[1]
@@ -42,9 +55,12 @@ def collective_time(hw: Hardware, kind: str, size, n, stride):
     n_out = np.maximum(np.ceil(n / n_in), 1.0)
     inside = _tier_time(inner, kind, size, n_in)
     if kind == "all_to_all":
-        off_node = (n - n_in) / n * size
+        copies = np.asarray(copies, dtype=float)
+        dedup = copies > 1
+        off_node = np.where(dedup, size / np.maximum(copies, 1) * remote_nodes_hit(n_out, copies), (n - n_in) / n * size)
         inter = outer.latency_us * 1e-6 + off_node / (outer.achieved_gbps * 1e9)
-        return np.where(n_out > 1, _tier_time(inner, kind, size * n_in / n, n_in) + inter, inside)
+        in_domain = _tier_time(inner, kind, np.where(dedup, size, size * n_in / n), n_in)
+        return np.where(n_out > 1, in_domain + inter, inside)
     steps, factor = alpha_beta_terms(kind, outer.collectives.for_kind(kind), n)
     ring_gbps = np.minimum(inner.achieved_gbps, n_in * outer.achieved_gbps)
     spanning = steps * outer.latency_us * 1e-6 + factor * size / (ring_gbps * 1e9)

@@ -60,6 +60,9 @@ def _parallelism(model: ModelSpec, plan: Plan) -> dict[str, object]:
                               "model.sequence_parallel": bool(plan.sp)}
     if model.is_moe:
         out["model.expert_tensor_parallel_size"] = plan.expert_tp
+        if plan.dispatcher == "flex":
+            out["model.moe_token_dispatcher_type"] = "flex"
+            out["model.moe_flex_dispatcher_backend"] = "deepep"
     if plan.cp > 1:
         out["model.cp_comm_type"] = plan.cp_comm
         if plan.cp_comm == "a2a+p2p":  # all-to-all groups inside, the ring over them

@@ -16,8 +16,8 @@ from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
 from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
-from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields, check_expert_tp,
-                                           check_pipeline_fields, check_sharding)
+from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields, check_dispatcher,
+                                           check_expert_tp, check_pipeline_fields, check_sharding)
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
@@ -64,6 +64,11 @@ class Plan:
     all-reduced after the reduce-scatter inside each copy. 0 (or ``dp``) shards
     over all of dp.
 
+    MoE token dispatch (Megatron-Core's ``--moe-token-dispatcher-type``): ``alltoall``
+    sends every routed copy of a token to its expert's rank; ``flex`` (the DeepEP /
+    HybridEP backends, DeepSeek-V3's dispatch) sends a token once to each node
+    holding one of its experts and fans it out over NVLink there.
+
     Expert tensor parallelism (Megatron-Core's ``--expert-tensor-parallel-size``):
     ``etp`` 0 (or ``tp``) splits every routed expert over the TP group as the dense
     MLP is; ``etp=1`` keeps experts whole on every TP rank, which routes its own
@@ -97,6 +102,7 @@ class Plan:
     dp_shard: int = 0
     etp: int = 0
     cp_a2a: int = 0
+    dispatcher: str | None = None
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -125,6 +131,7 @@ class Plan:
         check_context_fields(self)
         check_sharding(self)
         check_expert_tp(self)
+        check_dispatcher(self)
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
 
@@ -146,7 +153,7 @@ class Plan:
         defaults = {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
                     "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
                     "moe_overlap": stack.moe_shared_expert_overlap,
-                    "grad_dtype": stack.default_grad_dtype(self.dtype)}
+                    "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher}
         for name, value in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -251,7 +258,8 @@ class Plan:
                  f"cp_a2a={self.cp_a2a}" if self.cp_a2a else "",
                  "moe_overlap=on" if self.moe_overlap else "",
                  f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
-                 f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else ""]
+                 f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
+                 f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod

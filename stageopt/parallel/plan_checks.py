@@ -12,6 +12,7 @@ from stageopt.inputs.gate import shorten
 
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
 CP_COMMS = ("all_gather", "p2p", "a2a", "a2a+p2p")  # Megatron-Core's --cp-comm-type
+DISPATCHERS = ("alltoall", "flex")  # Megatron-Core's --moe-token-dispatcher-type (flex: DeepEP / HybridEP)
 
 
 def check_sharding(plan) -> None:
@@ -90,3 +91,11 @@ def check_pipeline_fields(plan) -> None:
     if plan.layout and (uneven or plan.embed_split or plan.loss_split):
         raise InfeasiblePlan("plan: layout sets every stage already; drop first_layers, last_layers, "
                              "embed_split and loss_split")
+
+
+def check_dispatcher(plan) -> None:
+    if plan.dispatcher not in DISPATCHERS:
+        raise InfeasiblePlan(f"plan field 'dispatcher' must be one of {', '.join(DISPATCHERS)}, "
+                             f"got {shorten(plan.dispatcher)}")
+    if plan.ep == 1:  # nothing is dispatched across ranks
+        object.__setattr__(plan, "dispatcher", "alltoall")

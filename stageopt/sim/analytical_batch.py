@@ -51,6 +51,7 @@ def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays["cp_ring"] = np.array([p.cp_comm in ("p2p", "a2a+p2p") for p in plans], dtype=bool)
     arrays["cpa"] = np.array([p.cpa for p in plans], dtype=float)  # all-to-all part of hierarchical CP
     arrays["moe_overlap"] = np.array([bool(p.moe_overlap) for p in plans], dtype=bool)
+    arrays["flex"] = np.array([p.dispatcher == "flex" for p in plans], dtype=bool)  # node-deduplicated dispatch
     return arrays
 
 

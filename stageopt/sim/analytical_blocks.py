@@ -51,7 +51,8 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     for (kind_, axis), members in groups.items():  # one vectorized call per collective kind and axis
         sizes = np.array([agg[block.names[cs.index + 1]] if kind_ == "all_gather" else agg[block.names[cs.index]]
                           for cs in members])
-        comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis])
+        copies = np.where(c["flex"], model.top_k, 1) if (axis, kind_) == ("ep", "all_to_all") else 1
+        comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis], copies)
         for i, cs in enumerate(members):
             if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared experts
                 hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), degree[axis])

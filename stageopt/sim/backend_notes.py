@@ -28,6 +28,9 @@ SPANNING = ("groups with several GPUs in each of several nodes ({kinds}): replay
 RING_ONLY = ("ASTRA-sim runs every communicator group smaller than all GPUs as a ring ({which} use other "
              "algorithms on some tier), while replay uses each tier's algorithm")
 PODS = "the job spans pods: replay times two network tiers, ASTRA-sim routes messages between pods over the third"
+FLEX = ("dispatcher=flex: replay and analytical send each token once per other node holding one of its experts "
+        "(DeepEP / HybridEP); the trace's all-to-all carries every routed copy, so ASTRA-sim prices the plain "
+        "all-to-all (replay reproduces it with dispatcher=alltoall)")
 CONGESTION = ("congestion-aware: ASTRA-sim shares each link between the messages that cross it at once; replay "
               "and analytical do not model contention")
 
@@ -54,6 +57,8 @@ def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, system: dict,
                    and set(system[f"{k}-implementation"]) != {"ring"})
     if multi:
         notes.append(RING_ONLY.format(which=", ".join(multi)))
+    if plan.dispatcher == "flex" and any(group.startswith("ep") and c == "all_to_all" for _, group, c in used):
+        notes.append(FLEX)
     if network_dims > 2:
         notes.append(PODS)
     if network_model == "aware":

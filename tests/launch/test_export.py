@@ -44,6 +44,8 @@ MEGATRON = {
     "--attention-dropout": float, "--hidden-dropout": float,  # E
     "--num-distributed-optimizer-instances": int,  # C: DistributedDataParallelConfig (HSDP with Megatron-FSDP too)
     "--hierarchical-context-parallel-sizes": int,  # C: ModelParallelConfig.hierarchical_context_parallel_sizes
+    "--moe-token-dispatcher-type": {"allgather", "alltoall", "flex"},  # C: TransformerConfig.moe_token_dispatcher_type
+    "--moe-flex-dispatcher-backend": {"deepep", "hybridep"},  # C: TransformerConfig.moe_flex_dispatcher_backend
 }
 # torchtitan JobConfig sections and keys with their documented values
 # (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py; schedules from torch.distributed.pipelining).
@@ -89,6 +91,9 @@ BRIDGE = {
     "mixed_precision": {"bf16_mixed", "fp16_mixed", "bf16_with_fp8_current_scaling_mixed"},  # M, X
     "ddp.num_distributed_optimizer_instances": int,  # F (HSDP across NVLink domains)
     "model.hierarchical_context_parallel_sizes": str,  # Q (a Hydra list, "[a2a,p2p]", with cp_comm_type a2a+p2p)
+    # TransformerConfig fields the model provider exposes; the DeepSeek-V3 performance recipes set both
+    "model.moe_token_dispatcher_type": {"allgather", "alltoall", "flex"},
+    "model.moe_flex_dispatcher_backend": {"deepep", "hybridep"},
 }
 
 
@@ -118,6 +123,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("llama2-7b", [], "tp=1 pp=1 mbs=4 gbs=32 dtype=fp32 zero=1", 8),
     ("llama3-8b", [], "tp=2 pp=1 mbs=1 gbs=64 zero=3 dp_shard=4", 64),  # HSDP: 8 copies of 4-way shards
     ("llama3-8b", [], "tp=2 pp=1 cp=8 mbs=1 gbs=8 zero=1 cp_comm=a2a+p2p cp_a2a=4", 64),  # hierarchical CP
+    ("mixtral-8x7b", [], "tp=1 pp=1 ep=32 mbs=1 gbs=64 zero=1 dispatcher=flex", 64),  # DeepEP dispatch
 ]
 
 
