@@ -85,12 +85,16 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in fwd.ops]
         bwd_ops = [op for op in bwd_ops if "regather_of" not in op.attrs]
         saved = {x.uid: x}
-    elif layer and recompute == "selective" and (arch.attention == "eager" or arch.selective == "op"):
-        region = selective_region(fwd.ops, arch.selective)
+    elif layer and recompute == "selective" and (arch.attention == "eager" or arch.selective != "attention"):
+        region = selective_region(fwd.ops, arch.selective, arch.attention)
         produced = {t.uid for op in region for t in op.outputs}
-        if arch.selective == "attention":
-            # tensors the region hands to the rest of the layer stay saved; only its internals go
-            produced -= {t.uid for op in fwd.ops if op.region != "attn_core" for t in op.inputs}
+        if arch.selective != "op":
+            # what the attention core hands to the rest of the layer stays saved (a plain checkpoint); the
+            # other modules drop their outputs too and re-form them for backward (Megatron-Core's
+            # CheckpointWithoutOutput for layernorm, mla_up_proj and moe_act)
+            inside = {id(op) for op in region}
+            core = {t.uid for op in region if op.region == "attn_core" for t in op.outputs}
+            produced -= core & {t.uid for op in fwd.ops if id(op) not in inside for t in op.inputs}
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in region]
         bwd_ops = [op for op in bwd_ops if op.attrs.get("regather_of") not in produced]
         saved = {uid: t for uid, t in saved.items() if uid not in produced}
@@ -110,16 +114,21 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
         wgrad=weight_gradient_ops(list(phases[1]), {t.uid for t in weight_grads}))
 
 
-def selective_region(ops, policy: str) -> list:
+def selective_region(ops, policy: str, attention: str = "eager") -> list:
     """The forward ops selective recompute re-runs under the stack's policy.
 
     ``attention``: the attention core (Megatron-LM's selective recomputation).
+    ``modules:a+b``: Megatron-Core's named modules (:data:`RECOMPUTE_MODULE_OPS`);
+    ``core_attn`` re-runs an eager attention core only, as ``attention`` does.
     ``op``: torchtitan's op-level policy: matmul outputs are kept except every
     second matmul's, attention outputs and reduce-scatters are kept, every
     other op (norms, activations, residual adds, rotary, all-gathers) re-runs.
     """
     if policy == "attention":
         return [op for op in ops if op.region == "attn_core"]
+    if policy.startswith("modules:"):
+        names = [n for n in policy.removeprefix("modules:").split("+") if n != "core_attn" or attention == "eager"]
+        return [op for op in ops if any(RECOMPUTE_MODULE_OPS[n](op) for n in names)]
     region, matmuls = [], 0
     for op in ops:
         if op.kind == "matmul":
@@ -131,6 +140,20 @@ def selective_region(ops, policy: str) -> list:
         else:
             region.append(op)
     return region
+
+
+_MLA_UP = ("q_norm", "q_up", "rope_q", "kv_norm", "k_up", "v_up", "rope_k", "k_concat")
+# Which forward ops each of Megatron-Core's --recompute-modules covers (by the templates' op names).
+RECOMPUTE_MODULE_OPS = {
+    "core_attn": lambda op: op.region == "attn_core",
+    "mla_up_proj": lambda op: op.name in _MLA_UP,  # MLA's up projections with their norms and RoPE
+    "layernorm": lambda op: op.name in ("ln1", "ln2"),  # input and pre-MLP norms
+    "mlp": lambda op: op.name.startswith("mlp.") and op.kind != "comm",  # dense MLP layers
+    "moe": lambda op: (op.name.startswith(("expert.", "router")) or op.name in ("permute", "unpermute")
+                       or (op.kind == "comm" and op.collective is not None and op.collective.axis == "ep")),
+    "moe_act": lambda op: op.name.startswith("expert.") and op.kind == "vector",  # the experts' activation
+    "shared_experts": lambda op: op.name.startswith("shared.") and op.kind != "comm",
+}
 
 
 def weight_gradient_ops(bwd: list[Op], wgrad_uids: set[int]) -> tuple[bool, ...]:
@@ -185,4 +208,5 @@ def arch_of(model, plan) -> Arch:
                 fusions=frozenset(stack.fusions), expert_capacity=model.expert_capacity,
                 attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
                 cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0,
-                selective=stack.selective_recompute, expert_tp=plan.etp == 0)
+                selective=f"modules:{plan.recompute_modules}" if plan.recompute_modules else stack.selective_recompute,
+                expert_tp=plan.etp == 0)

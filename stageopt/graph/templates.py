@@ -43,7 +43,7 @@ class Arch:
     q_lora: bool = False  # MLA queries through a low-rank bottleneck
     cp_comm: str = "all_gather"  # context parallelism: all_gather | p2p (ring; same graph) | a2a (Ulysses) | a2a+p2p
     moe_overlap: bool = False  # shared experts computed while the dispatch all-to-all is in flight
-    selective: str = "attention"  # what selective recompute re-runs: attention (core) | op (torchtitan policy)
+    selective: str = "attention"  # selective recompute: attention (core) | op (torchtitan) | modules:a+b (Megatron-Core)
     expert_tp: bool = True  # routed experts split over TP (Megatron's expert TP = tp) or whole on every TP rank
 
 

@@ -17,6 +17,7 @@ rank's buffer bound for other domains over the scale-out tier.
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import gammaln
 
 from stageopt.hardware.collectives import alpha_beta_terms
 from stageopt.hardware.machine import Hardware, Tier
@@ -33,20 +34,46 @@ def ranks_inside_node(hw: Hardware, n, stride):
     return np.minimum(n, per_node)
 
 
-def remote_nodes_hit(n_out, copies):
+def remote_nodes_hit(n_out, copies, groups: int = 0, group_topk: int = 0):
     """Expected other domains a token's ``copies`` routed experts fall in, experts spread evenly over
-    ``n_out`` domains and chosen uniformly: ``(n_out - 1)(1 - (1 - 1/n_out)^copies)``."""
+    ``n_out`` domains and chosen uniformly: ``(n_out - 1)(1 - (1 - 1/n_out)^copies)``.
+
+    Group-limited routing (DeepSeek-V3's device-limited routing: experts in ``groups`` groups, each token
+    choosing among the experts of ``group_topk`` groups): with whole groups per domain a token reaches the
+    domains holding its chosen groups, ``n_out (1 - C(G - G/n_out, g) / C(G, g))`` of them; with each group
+    over ``s`` domains its copies fall uniformly on the ``g s`` domains of its groups. A share
+    ``(n_out - 1)/n_out`` of the domains reached are other domains.
+    """
     n_out = np.asarray(n_out, dtype=float)
-    return (n_out - 1) * (1 - (1 - 1 / np.maximum(n_out, 1)) ** np.asarray(copies, dtype=float))
+    copies = np.asarray(copies, dtype=float)
+    uniform = (n_out - 1) * (1 - (1 - 1 / np.maximum(n_out, 1)) ** copies)
+    if not (groups and group_topk):
+        return uniform
+    safe = np.maximum(n_out, 1)
+    per = groups / safe  # groups per domain
+    whole = (per >= 1) & (np.mod(groups, safe) == 0)
+    miss = np.exp(_log_choose(groups - per, group_topk) - _log_choose(groups, group_topk))
+    reached = np.where(whole, n_out * (1 - np.where(groups - per >= group_topk, miss, 0.0)), 0.0)
+    span = safe / groups  # domains per group
+    spread = (span > 1) & (np.mod(safe, groups) == 0)
+    pool = group_topk * span
+    reached = np.where(spread, pool * (1 - (1 - 1 / pool) ** copies), reached)
+    return np.where(whole | spread, np.minimum(reached * (n_out - 1) / safe, uniform), uniform)
 
 
-def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1):
+def _log_choose(n, k):
+    n = np.asarray(n, dtype=float)
+    return gammaln(n + 1) - gammaln(k + 1) - gammaln(np.maximum(n - k, 0) + 1)
+
+
+def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: tuple[int, int] = (0, 0)):
     """Seconds for one collective; ``size`` is the whole buffer (AG output, RS input).
 
     ``copies`` > 1 marks an MoE all-to-all whose buffer holds that many routed copies of
     each token, dispatched node-deduplicated (DeepEP / HybridEP): each token crosses the
     scale-out tier once per other domain holding one of its experts
-    (:func:`remote_nodes_hit`), and every copy then moves over the domain's own links.
+    (:func:`remote_nodes_hit`, with the model's routing ``groups`` limit), and every copy then
+    moves over the domain's own links.
     """
     size = np.asarray(size, dtype=float)
     n = np.asarray(n, dtype=float)
@@ -57,7 +84,8 @@ def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1):
     if kind == "all_to_all":
         copies = np.asarray(copies, dtype=float)
         dedup = copies > 1
-        off_node = np.where(dedup, size / np.maximum(copies, 1) * remote_nodes_hit(n_out, copies), (n - n_in) / n * size)
+        remote = remote_nodes_hit(n_out, copies, *groups)
+        off_node = np.where(dedup, size / np.maximum(copies, 1) * remote, (n - n_in) / n * size)
         inter = outer.latency_us * 1e-6 + off_node / (outer.achieved_gbps * 1e9)
         in_domain = _tier_time(inner, kind, np.where(dedup, size, size * n_in / n), n_in)
         return np.where(n_out > 1, in_domain + inter, inside)

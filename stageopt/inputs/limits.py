@@ -45,6 +45,8 @@ MODEL_BOUNDS: dict[str, tuple[int, str]] = {
     "ssm_heads": (10**5, "real Mamba-2 layers have at most a few hundred heads"),
     "ssm_head_dim": (10**5, "real Mamba-2 heads have at most a few hundred channels"),
     "mtp_layers": (100, "DeepSeek-V3 trains with one multi-token-prediction module"),
+    "router_groups": (10**7, "it divides experts"),
+    "router_group_topk": (10**7, "it is at most router_groups"),
 }
 
 # Plan sizes: degrees are bounded by the GPU count; batches by what fits in a step.

@@ -98,7 +98,10 @@ def _recompute(plan: Plan) -> dict[str, object]:
     if plan.recompute == "full":
         return {"model.recompute_granularity": "full", "model.recompute_method": "uniform",
                 "model.recompute_num_layers": 1}
-    return {"model.recompute_granularity": "selective" if plan.recompute == "selective" else None}
+    out: dict[str, object] = {"model.recompute_granularity": "selective" if plan.recompute == "selective" else None}
+    if plan.recompute_modules:
+        out["model.recompute_modules"] = plan.recompute_modules.split("+")
+    return out
 
 
 def _execution(model: ModelSpec, plan: Plan) -> dict[str, object]:

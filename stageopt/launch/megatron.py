@@ -33,7 +33,7 @@ from stageopt.parallel.plan import Plan
 Flag = tuple[str, str | None]  # ("--micro-batch-size", "1") or ("--sequence-parallel", None)
 
 
-LIST_FLAGS = ("--hierarchical-context-parallel-sizes",)  # nargs="+": one argv token per value
+LIST_FLAGS = ("--recompute-modules", "--hierarchical-context-parallel-sizes",)  # nargs="+": one argv token per value
 
 
 def megatron_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
@@ -116,7 +116,8 @@ def _data_parallel(plan: Plan) -> list[Flag]:
 
 def _memory(plan: Plan) -> list[Flag]:
     if plan.recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        modules = [("--recompute-modules", plan.recompute_modules.replace("+", " "))] if plan.recompute_modules else []
+        return [("--recompute-granularity", "selective"), *modules]
     if plan.recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     return []

@@ -39,6 +39,7 @@ def deepseek_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
     if num("n_routed_experts", 0):
         fields.update(experts=num("n_routed_experts"), top_k=num("num_experts_per_tok"),
                       expert_ffn=num("moe_intermediate_size"), shared_experts=num("n_shared_experts", 0),
-                      dense_layers=num("first_k_dense_replace", 0))
+                      dense_layers=num("first_k_dense_replace", 0), router_groups=num("n_group", 0),
+                      router_group_topk=num("topk_group", 0))
     fields["mtp_layers"] = num("num_nextn_predict_layers", 0)  # trained with them; a layout then needs an m
     return fields

@@ -60,6 +60,11 @@ class ModelSpec:
     next tokens with the shared embedding, projects them with the hidden state
     (2h -> h), runs one more decoder layer of the model's last kind and predicts
     through the shared output layer with its own loss.
+
+    ``router_groups`` / ``router_group_topk`` (Megatron-Core's ``--moe-router-num-groups`` /
+    ``--moe-router-group-topk``, DeepSeek-V3's device-limited routing: 8 and 4) split the experts into
+    groups and let each token pick its experts from that many groups; a node-deduplicated dispatch then
+    reaches fewer nodes. 0: unlimited.
     """
 
     name: str = "custom"
@@ -100,6 +105,8 @@ class ModelSpec:
     ssm_conv: int = 4
     ssm_chunk: int = 256
     mtp_layers: int = 0
+    router_groups: int = 0
+    router_group_topk: int = 0
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -160,7 +167,8 @@ def _validate(spec: ModelSpec) -> None:
     _require_count(spec, ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"), 1)
     _require_count(spec, ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers", "head_dim",
                           "q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "sliding_window",
-                          "ssm_state", "ssm_heads", "ssm_head_dim", "mtp_layers"), 0)
+                          "ssm_state", "ssm_heads", "ssm_head_dim", "mtp_layers", "router_groups",
+                          "router_group_topk"), 0)
     _require_choice(spec, "family", FAMILIES)
     _require_choice(spec, "norm", NORMS)
     _require_choice(spec, "activation", ACTIVATIONS)
@@ -178,6 +186,9 @@ def _validate(spec: ModelSpec) -> None:
     if spec.head_dim == 0 and spec.hidden % spec.heads:
         raise ConfigError(f"model: hidden={spec.hidden} is not divisible by heads={spec.heads}; "
                           "set head_dim explicitly or fix heads")
+    if spec.router_groups and (spec.experts % spec.router_groups or not 0 < spec.router_group_topk <= spec.router_groups):
+        raise ConfigError(f"model: router_groups={spec.router_groups} must divide experts={spec.experts} and "
+                          f"router_group_topk={spec.router_group_topk} be 1..router_groups (DeepSeek-V3: 8 and 4)")
     if spec.heads % spec.kv_heads:
         raise ConfigError(f"model: heads={spec.heads} is not divisible by kv_heads={spec.kv_heads}; "
                           "kv_heads must divide heads (grouped-query attention)")

@@ -17,7 +17,8 @@ from stageopt.frameworks import FrameworkProfile, load_profile
 from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields, check_dispatcher,
-                                           check_expert_tp, check_pipeline_fields, check_sharding)
+                                           check_expert_tp, check_pipeline_fields, check_recompute_modules,
+                                           check_sharding)
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
@@ -64,6 +65,12 @@ class Plan:
     all-reduced after the reduce-scatter inside each copy. 0 (or ``dp``) shards
     over all of dp.
 
+    ``recompute_modules`` (with ``recompute=selective``; Megatron-Core's
+    ``--recompute-modules``) names the parts of each layer that are re-run
+    instead of stored, joined by ``+``: ``core_attn``, ``mla_up_proj``,
+    ``layernorm``, ``mlp`` (dense MLPs), ``moe``, ``moe_act``, ``shared_experts``.
+    Empty: the stack's own selective policy.
+
     MoE token dispatch (Megatron-Core's ``--moe-token-dispatcher-type``): ``alltoall``
     sends every routed copy of a token to its expert's rank; ``flex`` (the DeepEP /
     HybridEP backends, DeepSeek-V3's dispatch) sends a token once to each node
@@ -103,6 +110,7 @@ class Plan:
     etp: int = 0
     cp_a2a: int = 0
     dispatcher: str | None = None
+    recompute_modules: str = ""
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -132,6 +140,7 @@ class Plan:
         check_sharding(self)
         check_expert_tp(self)
         check_dispatcher(self)
+        check_recompute_modules(self)
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
 
@@ -259,7 +268,8 @@ class Plan:
                  "moe_overlap=on" if self.moe_overlap else "",
                  f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
                  f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
-                 f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else ""]
+                 f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else "",
+                 f"recompute_modules={self.recompute_modules}" if self.recompute_modules else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod

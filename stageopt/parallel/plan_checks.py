@@ -12,7 +12,9 @@ from stageopt.inputs.gate import shorten
 
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
 CP_COMMS = ("all_gather", "p2p", "a2a", "a2a+p2p")  # Megatron-Core's --cp-comm-type
-DISPATCHERS = ("alltoall", "flex")  # Megatron-Core's --moe-token-dispatcher-type (flex: DeepEP / HybridEP)
+DISPATCHERS = ("alltoall", "flex")
+# Megatron-Core's --recompute-modules (selective recompute of named parts of a layer)
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")  # Megatron-Core's --moe-token-dispatcher-type (flex: DeepEP / HybridEP)
 
 
 def check_sharding(plan) -> None:
@@ -99,3 +101,23 @@ def check_dispatcher(plan) -> None:
                              f"got {shorten(plan.dispatcher)}")
     if plan.ep == 1:  # nothing is dispatched across ranks
         object.__setattr__(plan, "dispatcher", "alltoall")
+
+
+def check_recompute_modules(plan) -> None:
+    text = plan.recompute_modules
+    if not isinstance(text, str):
+        raise InfeasiblePlan(f"plan field 'recompute_modules' must be names joined by '+', got {shorten(text)}")
+    if not text:
+        return
+    names = text.split("+")
+    bad = [n for n in names if n not in RECOMPUTE_MODULES]
+    if bad or len(set(names)) != len(names):
+        raise InfeasiblePlan(f"plan: recompute_modules={shorten(text)} must name each of "
+                             f"{', '.join(RECOMPUTE_MODULES)} at most once, joined by '+'")
+    if plan.recompute != "selective":
+        raise InfeasiblePlan(f"plan: recompute_modules={shorten(text)} picks what selective recompute re-runs; "
+                             f"set recompute=selective (got recompute={plan.recompute})")
+    if plan.framework.selective_recompute != "attention":
+        raise InfeasiblePlan(f"plan: recompute_modules is Megatron-Core's; framework {plan.framework.name} "
+                             "recomputes by its own policy, so drop recompute_modules")
+    object.__setattr__(plan, "recompute_modules", "+".join(m for m in RECOMPUTE_MODULES if m in names))

@@ -48,7 +48,9 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
         sizes = np.array([n.comm_size for n in members], dtype=float) * (size if collective == "all_gather" else 1)
         buckets = np.array([collective_buckets(n, s, plan) for n, s in zip(members, sizes)])
         copies = work.model.top_k if (collective, group, plan.dispatcher) == ("all_to_all", "ep", "flex") else 1
-        out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group), copies)
+        routing = (work.model.router_groups, work.model.router_group_topk)
+        out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group), copies,
+                                             routing)
     for n in nodes:  # TP userbuffer overlap; ring (p2p) context parallelism under its attention blocks
         if n.type == COLL and n.overlap and ((n.group == "tp" and plan.tp_overlap)
                                              or (n.group == "cp" and plan.cp_comm in RING_COMMS)):

@@ -59,8 +59,8 @@ def evaluate_plans(model: ModelSpec, hw: Hardware, plans: list[Plan]) -> dict[st
     """Per-candidate arrays of times (s), memory (GiB) and rates; plans must be valid."""
     groups: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
-        groups.setdefault((plan.recompute, plan.sp, plan.dtype, plan.grad_dtype, plan.framework,
-                           plan.cp_comm, plan.moe_overlap, plan.etp), []).append(i)
+        groups.setdefault((plan.recompute, plan.recompute_modules, plan.sp, plan.dtype, plan.grad_dtype,
+                           plan.framework, plan.cp_comm, plan.moe_overlap, plan.etp), []).append(i)
     out: dict[str, np.ndarray] = {}
     for index in groups.values():
         sub = [plans[i] for i in index]

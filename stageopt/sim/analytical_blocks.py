@@ -52,7 +52,8 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
         sizes = np.array([agg[block.names[cs.index + 1]] if kind_ == "all_gather" else agg[block.names[cs.index]]
                           for cs in members])
         copies = np.where(c["flex"], model.top_k, 1) if (axis, kind_) == ("ep", "all_to_all") else 1
-        comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis], copies)
+        comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis], copies,
+                               (model.router_groups, model.router_group_topk))
         for i, cs in enumerate(members):
             if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared experts
                 hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), degree[axis])

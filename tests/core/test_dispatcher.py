@@ -26,6 +26,16 @@ def test_expected_remote_nodes_of_a_token() -> None:
     assert remote_nodes_hit(2, 1) == pytest.approx(0.5)  # one copy: the other node half the time
 
 
+def test_group_limited_routing_reaches_fewer_nodes() -> None:
+    """DeepSeek-V3's 8 groups, 4 per token: on 8 nodes (a group each) a token reaches exactly 4 nodes, 7/8 of
+    them remote; on 4 nodes (two groups each) a node is missed when all 4 picks come from the other 6 groups."""
+    assert remote_nodes_hit(8, 8, 8, 4) == pytest.approx(4 * 7 / 8)
+    assert remote_nodes_hit(4, 8, 8, 4) == pytest.approx(4 * (1 - 15 / 70) * 3 / 4)
+    pool = 4 * 2  # on 16 nodes each group spans 2: a token's 8 copies fall on the 8 nodes of its 4 groups
+    assert remote_nodes_hit(16, 8, 8, 4) == pytest.approx(pool * (1 - (1 - 1 / pool) ** 8) * 15 / 16)
+    assert remote_nodes_hit(12, 8, 8, 4) == pytest.approx(remote_nodes_hit(12, 8))  # groups not whole: uniform
+
+
 def test_flex_all_to_all_sends_each_token_once_per_node() -> None:
     """32 ranks over 4 H100 nodes, a buffer of 8 routed copies per token: the scale-out tier carries
     S/8 x 3(1 - 0.75^8) bytes instead of 3/4 of S, and NVLink fans every copy out (direct exchange)."""

@@ -32,7 +32,7 @@ def test_deepseek_v3_config_imports_like_the_preset(tmp_path):
     preset = load_model("deepseek-v3")
     fields = ("layers", "dense_layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts", "top_k",
               "expert_ffn", "shared_experts", "attention_type", "q_lora_rank", "kv_lora_rank", "qk_nope_dim",
-              "qk_rope_dim", "v_head_dim", "seq")
+              "qk_rope_dim", "v_head_dim", "seq", "router_groups", "router_group_topk")
     assert {f: getattr(imported, f) for f in fields} == {f: getattr(preset, f) for f in fields}
     assert (imported.mtp_layers, preset.mtp_layers) == (1, 0)  # the config's MTP module; the preset leaves it out
 

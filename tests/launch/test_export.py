@@ -46,6 +46,7 @@ MEGATRON = {
     "--hierarchical-context-parallel-sizes": int,  # C: ModelParallelConfig.hierarchical_context_parallel_sizes
     "--moe-token-dispatcher-type": {"allgather", "alltoall", "flex"},  # C: TransformerConfig.moe_token_dispatcher_type
     "--moe-flex-dispatcher-backend": {"deepep", "hybridep"},  # C: TransformerConfig.moe_flex_dispatcher_backend
+    "--recompute-modules": {"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"},  # C
 }
 # torchtitan JobConfig sections and keys with their documented values
 # (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py; schedules from torch.distributed.pipelining).
@@ -94,6 +95,7 @@ BRIDGE = {
     # TransformerConfig fields the model provider exposes; the DeepSeek-V3 performance recipes set both
     "model.moe_token_dispatcher_type": {"allgather", "alltoall", "flex"},
     "model.moe_flex_dispatcher_backend": {"deepep", "hybridep"},
+    "model.recompute_modules": str,  # R (a Hydra list of TransformerConfig.recompute_modules names)
 }
 
 
@@ -124,6 +126,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("llama3-8b", [], "tp=2 pp=1 mbs=1 gbs=64 zero=3 dp_shard=4", 64),  # HSDP: 8 copies of 4-way shards
     ("llama3-8b", [], "tp=2 pp=1 cp=8 mbs=1 gbs=8 zero=1 cp_comm=a2a+p2p cp_a2a=4", 64),  # hierarchical CP
     ("mixtral-8x7b", [], "tp=1 pp=1 ep=32 mbs=1 gbs=64 zero=1 dispatcher=flex", 64),  # DeepEP dispatch
+    ("mixtral-8x7b", [], "tp=2 ep=8 mbs=1 gbs=64 zero=1 recompute=selective recompute_modules=moe_act+layernorm", 64),
 ]
 
 
