@@ -154,16 +154,19 @@ class Plan:
         """TP ranks each routed expert is split over (tp unless etp=1)."""
         return self.etp or self.tp
 
+    def stack_defaults(self) -> dict[str, object]:
+        """What the stack sets for the knobs a plan may leave as None."""
+        stack = self.framework
+        return {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
+                "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
+                "moe_overlap": stack.moe_shared_expert_overlap,
+                "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher}
+
     def _fill_from_framework(self) -> None:
         """Knobs the plan leaves as None take the stack's default."""
         if not isinstance(self.framework, FrameworkProfile):
             raise InfeasiblePlan(f"plan field 'framework' must be a FrameworkProfile, got {self.framework!r}")
-        stack = self.framework
-        defaults = {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
-                    "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
-                    "moe_overlap": stack.moe_shared_expert_overlap,
-                    "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher}
-        for name, value in defaults.items():
+        for name, value in self.stack_defaults().items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
 

@@ -68,9 +68,10 @@ class Candidate:
     def key(self) -> str:
         text = str(self.plan)
         shown = {item.split("=", 1)[0] for item in text.split()}
+        filled = self.plan.stack_defaults()
         hidden = [f"{f.name}={value}" for f in dataclasses.fields(self.plan)  # fields the text leaves out, unless
                   if f.name not in shown and (value := getattr(self.plan, f.name)) != f.default  # at their default
-                  and not (f.default is None and value is False)]  # or an off the stack filled in (text omits off)
+                  and not (f.default is None and (value is False or value == filled.get(f.name)))]  # or the stack's
         return " ".join([f"{self.hw_key} | gpus={self.gpus} | {text}", *hidden, f"seq={self.model.seq}"])
 
 
