@@ -128,6 +128,8 @@ def _precision(plan: Plan) -> list[Flag]:
                          "fp8": [("--bf16", None), ("--fp8-format", "hybrid")], "fp32": []}[plan.dtype]
     if plan.grad_dtype == "bf16" and plan.dtype in ("bf16", "fp8"):
         flags.append(("--grad-reduce-in-bf16", None))  # gradients were simulated in bf16
+    if plan.adam_moments == "bf16":
+        flags += [("--use-precision-aware-optimizer", None), ("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     return flags
 
 

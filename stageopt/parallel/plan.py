@@ -71,6 +71,10 @@ class Plan:
     ``layernorm``, ``mlp`` (dense MLPs), ``moe``, ``moe_act``, ``shared_experts``.
     Empty: the stack's own selective policy.
 
+    ``adam_moments=bf16`` keeps Adam's two moments in bf16 (Megatron-Core's precision-aware
+    optimizer, ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``): 8 bytes of optimizer state per
+    parameter instead of 12.
+
     MoE token dispatch (Megatron-Core's ``--moe-token-dispatcher-type``): ``alltoall``
     sends every routed copy of a token to its expert's rank; ``flex`` (the DeepEP /
     HybridEP backends, DeepSeek-V3's dispatch) sends a token once to each node
@@ -111,6 +115,7 @@ class Plan:
     cp_a2a: int = 0
     dispatcher: str | None = None
     recompute_modules: str = ""
+    adam_moments: str = "fp32"
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -131,6 +136,8 @@ class Plan:
         if self.schedule not in SCHEDULES:
             raise InfeasiblePlan(f"plan field 'schedule' must be one of {', '.join(SCHEDULES)}, "
                                  f"got {shorten(self.schedule)}")
+        if self.adam_moments not in ("fp32", "bf16"):
+            raise InfeasiblePlan(f"plan field 'adam_moments' must be fp32 or bf16, got {shorten(self.adam_moments)}")
         for name in ("dtype", "grad_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
@@ -244,6 +251,11 @@ class Plan:
     def grad_bytes(self) -> int:
         return DTYPES[self.grad_dtype]
 
+    @property
+    def optimizer_bytes(self) -> int:
+        """Optimizer state per parameter: the fp32 master weight and Adam's two moments."""
+        return 4 + 2 * DTYPES[self.adam_moments]
+
     def replace(self, **changes: object) -> "Plan":
         return dataclasses.replace(self, **changes)
 
@@ -272,7 +284,8 @@ class Plan:
                  f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
                  f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
                  f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else "",
-                 f"recompute_modules={self.recompute_modules}" if self.recompute_modules else ""]
+                 f"recompute_modules={self.recompute_modules}" if self.recompute_modules else "",
+                 f"adam_moments={self.adam_moments}" if self.adam_moments != "fp32" else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod

@@ -14,7 +14,6 @@ from stageopt.program.params import BlockParams, ceil_div
 from stageopt.workload.memory import shard_degrees, stage_params
 from stageopt.workload.stats import OPTIMIZER_FLOPS_PER_PARAM
 
-OPTIMIZER_STATE_BYTES = 24  # fp32 master weight, Adam m and v: each read and written (3 x 4 x 2)
 
 
 @dataclass
@@ -112,7 +111,7 @@ class GradSync:
         dense_shard, expert_shard = shard_degrees(self.work)
         updated = dense / dense_shard + expert / expert_shard if plan.step_zero >= 1 else dense + expert
         flops = round(OPTIMIZER_FLOPS_PER_PARAM * updated)
-        touched = round(updated * (plan.grad_bytes + OPTIMIZER_STATE_BYTES + plan.dtype_bytes))
+        touched = round(updated * (plan.grad_bytes + 2 * plan.optimizer_bytes + plan.dtype_bytes))  # states r+w
         opt = self.b.comp("optimizer", "optimizer", list(self.reductions), flops, touched, "vector")
         if plan.step_zero not in (1, 2):
             return

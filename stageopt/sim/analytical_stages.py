@@ -11,7 +11,6 @@ import numpy as np
 
 from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.plan import Plan
-from stageopt.workload.memory import OPTIMIZER_BYTES
 
 
 def stage_time_parts(cost: dict, comp: dict, t_p2p: np.ndarray, c: dict) -> dict[str, np.ndarray]:
@@ -54,7 +53,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
 
     weights = sharded(zero >= 3) * proto.dtype_bytes
     gradients = sharded(zero >= 2) * proto.grad_bytes
-    optimizer = sharded(zero >= 1) * OPTIMIZER_BYTES
+    optimizer = sharded(zero >= 1) * proto.optimizer_bytes
     held, head_held = in_flight(c, m, s)
     saved = sum(n * cost[k]["agg"]["saved_bytes"] for k, n in comp.items() if k in cost)
     activations = held * saved

@@ -12,9 +12,7 @@ from stageopt.hardware import Hardware
 from stageopt.hardware.network import collective_time
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_stages import stage_params
-from stageopt.workload.memory import OPTIMIZER_BYTES
 
-ADAM_STATE_TRAFFIC = 2 * OPTIMIZER_BYTES  # fp32 master, m, v: read and written once per step
 
 def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray) -> dict[str, np.ndarray]:
     """Exposed data-parallel reduction and the optimizer step of one stage."""
@@ -55,7 +53,7 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     zero3_first = np.where(zero >= 3, gathers / layers, 0.0)
     sharded = zero >= 1
     updated = dense / np.where(sharded, shard, 1) + expert / np.where(sharded, expert_n, 1)
-    opt_bytes = updated * (ADAM_STATE_TRAFFIC + g_bytes + w_bytes)
+    opt_bytes = updated * (2 * proto.optimizer_bytes + g_bytes + w_bytes)  # master, m, v read and written
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
     return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_first": zero3_first}
 

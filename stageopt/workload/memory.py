@@ -20,7 +20,7 @@ from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_orde
 from stageopt.workload.sharding import Workload
 
 GIB = 2**30
-OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v
+OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v (Plan.optimizer_bytes: with bf16 moments, 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
 
     weights = sharded(dense, expert, plan.step_zero >= 3) * plan.dtype_bytes
     gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_bytes
-    optimizer = sharded(dense, expert, plan.step_zero >= 1) * OPTIMIZER_BYTES
+    optimizer = sharded(dense, expert, plan.step_zero >= 1) * plan.optimizer_bytes
     order = stage_order(plan, stage)
     per_chunk = {c.local: work.chunk_sum(c, "saved_bytes") for c in work.chunks[stage]}
     held = {c.local: work.chunk_sum(c, "wgrad_held_bytes") for c in work.chunks[stage]}

@@ -47,6 +47,8 @@ MEGATRON = {
     "--moe-token-dispatcher-type": {"allgather", "alltoall", "flex"},  # C: TransformerConfig.moe_token_dispatcher_type
     "--moe-flex-dispatcher-backend": {"deepep", "hybridep"},  # C: TransformerConfig.moe_flex_dispatcher_backend
     "--recompute-modules": {"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"},  # C
+    "--use-precision-aware-optimizer": None, "--exp-avg-dtype": {"fp32", "fp16", "bf16", "fp8"},  # C: OptimizerConfig
+    "--exp-avg-sq-dtype": {"fp32", "fp16", "bf16", "fp8"},  # C: OptimizerConfig
 }
 # torchtitan JobConfig sections and keys with their documented values
 # (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py; schedules from torch.distributed.pipelining).
@@ -96,6 +98,9 @@ BRIDGE = {
     "model.moe_token_dispatcher_type": {"allgather", "alltoall", "flex"},
     "model.moe_flex_dispatcher_backend": {"deepep", "hybridep"},
     "model.recompute_modules": str,  # R (a Hydra list of TransformerConfig.recompute_modules names)
+    # OptimizerConfig fields (the DeepSeek-V3 and Qwen3 recipes set them: precision-aware optimizer)
+    "optimizer.use_precision_aware_optimizer": bool, "optimizer.exp_avg_dtype": {"bf16", "fp32"},
+    "optimizer.exp_avg_sq_dtype": {"bf16", "fp32"},
 }
 
 
@@ -125,7 +130,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("llama2-7b", [], "tp=1 pp=1 mbs=4 gbs=32 dtype=fp32 zero=1", 8),
     ("llama3-8b", [], "tp=2 pp=1 mbs=1 gbs=64 zero=3 dp_shard=4", 64),  # HSDP: 8 copies of 4-way shards
     ("llama3-8b", [], "tp=2 pp=1 cp=8 mbs=1 gbs=8 zero=1 cp_comm=a2a+p2p cp_a2a=4", 64),  # hierarchical CP
-    ("mixtral-8x7b", [], "tp=1 pp=1 ep=32 mbs=1 gbs=64 zero=1 dispatcher=flex", 64),  # DeepEP dispatch
+    ("mixtral-8x7b", [], "tp=1 pp=1 ep=32 mbs=1 gbs=64 zero=1 dispatcher=flex adam_moments=bf16", 64),  # DeepEP
     ("mixtral-8x7b", [], "tp=2 ep=8 mbs=1 gbs=64 zero=1 recompute=selective recompute_modules=moe_act+layernorm", 64),
 ]
 
