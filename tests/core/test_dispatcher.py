@@ -82,3 +82,15 @@ def test_flex_dispatch_is_exported_to_megatron_and_bridge() -> None:
     assert args[args.index("--moe-flex-dispatcher-backend") + 1] == "deepep"
     overrides = launch_settings("megatron-bridge", model, plan).settings
     assert "model.moe_token_dispatcher_type=flex" in str(overrides)
+
+
+def test_astra_sim_output_names_the_flex_dispatch_it_does_not_model() -> None:
+    """ASTRA-sim runs the trace's plain all-to-all, so its notes say a flex plan is priced differently."""
+    from stageopt.program.stage_program import build_programs
+    from stageopt.sim.backend_notes import FLEX, astra_sim_notes
+
+    model = load_model(*MODEL)
+    for dispatcher, named in (("flex", True), ("alltoall", False)):
+        work = build_workload(model, Plan.parse(f"dp=16 ep=16 mbs=1 gbs=16 dispatcher={dispatcher}"), 16)
+        notes = astra_sim_notes(build_programs(work), work.plan, {}, 2, "unaware")
+        assert (FLEX in notes) is named
