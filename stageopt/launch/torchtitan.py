@@ -55,6 +55,9 @@ def torchtitan_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
         config["compile"] = {"enable": True, "components": ["model", "loss"]}  # async TP runs only compiled
     if not plan.dp_overlap:
         notes.append("dp_overlap=off: FSDP2 always prefetches and overlaps its collectives in torchtitan")
+    if plan.grad_dtype != "fp32" and plan.dp * plan.cp > 1:
+        notes.append(f"grad_dtype={plan.grad_dtype}: torchtitan reduces gradients in float32 only "
+                     "(training.mixed_precision_reduce); simulate with grad_dtype=fp32 to match")
     head = (f"# stageopt export: {model.name} on {plan.gpus} GPUs, plan {plan}\n"
             f"# world size {plan.gpus} (GPUs per node x nodes)\n")
     return LaunchSettings("torchtitan", head + tomli_w.dumps(config), config, tuple(notes))
@@ -74,7 +77,8 @@ def _check(plan: Plan) -> None:
 def _training(model: ModelSpec, plan: Plan) -> dict[str, Any]:
     local = plan.gbs // plan.dp if plan.pp > 1 else plan.mbs
     return {"local_batch_size": local, "global_batch_size": plan.gbs, "seq_len": model.seq,
-            "mixed_precision_param": "float32" if plan.dtype == "fp32" else "bfloat16"}
+            "mixed_precision_param": "float32" if plan.dtype == "fp32" else "bfloat16",
+            "mixed_precision_reduce": "float32"}
 
 
 def _parallelism(model: ModelSpec, plan: Plan, notes: list[str]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ MEGATRON = {
 TORCHTITAN = {
     "model": {"name": str, "flavor": str, "converters": list},
     "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int,
-                 "mixed_precision_param": {"bfloat16", "float32"}},
+                 "mixed_precision_param": {"bfloat16", "float32"}, "mixed_precision_reduce": {"float32"}},
     "parallelism": {"data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
                     "fsdp_reshard_after_forward": {"default", "always", "never"}, "tensor_parallel_degree": int,
                     "enable_async_tensor_parallel": bool, "pipeline_parallel_degree": int,
@@ -293,3 +293,12 @@ def test_cli_bad_inputs_are_one_line_errors(tmp_path, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, (argv, err)
+
+
+def test_torchtitan_reduces_in_float32_and_says_so_when_the_plan_did_not():
+    spec, plan = _plan("llama3-8b", [], "tp=1 pp=1 mbs=1 gbs=64 zero=3", 64, "torchtitan")
+    settings = launch_settings("torchtitan", spec, plan)
+    assert settings.settings["training"]["mixed_precision_reduce"] == "float32" and plan.grad_dtype == "fp32"
+    assert not any("grad_dtype" in n for n in settings.notes)
+    spec, bf16 = _plan("llama3-8b", [], "tp=1 pp=1 mbs=1 gbs=64 zero=3 grad_dtype=bf16", 64, "torchtitan")
+    assert any("grad_dtype=bf16" in n for n in launch_settings("torchtitan", spec, bf16).notes)
