@@ -148,3 +148,20 @@ def test_expert_tp_on_a_dense_model_is_the_plain_plan() -> None:
         _, eb = simulate_plan("llama3-8b", f"tp=2 pp=2 {BASE}", 16, model_set=["seq=4096"], simulator=simulator)
         assert ea.iteration_time_s == pytest.approx(eb.iteration_time_s, rel=1e-12)
         assert ea.peak_memory_gib == pytest.approx(eb.peak_memory_gib, rel=1e-12)
+
+
+def test_named_recompute_modules_are_not_merged_into_none() -> None:
+    """Megatron's selective recompute of named modules re-runs them even with flash attention; without
+    selective recompute the module list means nothing and is dropped."""
+    from stageopt.frameworks import load_profile
+    from stageopt.model import load_model
+    from stageopt.search.candidate import canonical
+    from stageopt.search.dimensions import PLAN_DEFAULTS
+    model, core = load_model("llama3-8b"), load_profile("megatron-core")
+    base = {**PLAN_DEFAULTS, "tp": 2, "pp": 2, "gbs": 32}
+    kept = canonical({**base, "recompute": "selective", "recompute_modules": "layernorm"}, 16, model, core)
+    assert (kept["recompute"], kept["recompute_modules"]) == ("selective", "layernorm")
+    core_attn = canonical({**base, "recompute": "selective", "recompute_modules": "core_attn"}, 16, model, core)
+    assert (core_attn["recompute"], core_attn["recompute_modules"]) == ("none", "")
+    dropped = canonical({**base, "recompute": "full", "recompute_modules": "layernorm"}, 16, model, core)
+    assert (dropped["recompute"], dropped["recompute_modules"]) == ("full", "")
