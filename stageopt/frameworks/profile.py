@@ -69,7 +69,8 @@ class FrameworkProfile:
     reduce-scattered.
     ``moe_dispatcher`` is the stack's default MoE token dispatch (a plan's
     ``dispatcher`` overrides it): ``alltoall`` or ``flex`` (node-deduplicated,
-    DeepEP / HybridEP).
+    DeepEP / HybridEP). ``cp_comm`` is its default context-parallel K/V exchange
+    (Megatron-LM's ``--cp-comm-type`` defaults to ``p2p``; a plan's ``cp_comm`` overrides it).
     """
 
     name: str
@@ -97,6 +98,7 @@ class FrameworkProfile:
     grad_reduce_dtype: Literal["bf16", "fp32"] = "bf16"
     bf16_grad_all_reduce: bool = False
     moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
+    cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -50,7 +50,8 @@ class Plan:
     ``all_gather`` gathers K and V before attention; ``p2p`` passes K/V blocks
     around a ring, each step overlapped with the attention of the previous
     block; ``a2a`` (Ulysses) trades the sequence split for a head split with
-    all-to-alls before and after attention. Causal attention is load-balanced
+    all-to-alls before and after attention; unset, the stack's default (``p2p`` on
+    Megatron-Core, ``all_gather`` on torchtitan). Causal attention is load-balanced
     over CP ranks as Megatron-Core and Transformer Engine do it: the sequence
     is cut into 2*cp chunks, rank i holding chunks i and 2cp-1-i, so every rank
     does the same share (hence seq must divide by 2*cp). ``a2a+p2p`` is the
@@ -108,7 +109,7 @@ class Plan:
     embed_split: bool = False
     loss_split: bool = False
     layout: str = ""
-    cp_comm: str = "all_gather"
+    cp_comm: str | None = None
     moe_overlap: bool | None = None
     dp_shard: int = 0
     etp: int = 0
@@ -167,7 +168,8 @@ class Plan:
         return {"sp": stack.sequence_parallel and self.tp > 1, "dp_overlap": stack.dp_comm_overlap,
                 "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
                 "moe_overlap": stack.moe_shared_expert_overlap,
-                "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher}
+                "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher,
+                "cp_comm": stack.cp_comm}
 
     def _fill_from_framework(self) -> None:
         """Knobs the plan leaves as None take the stack's default."""

@@ -103,3 +103,11 @@ def test_torchtitan_selective_reruns_every_second_matmul_and_the_elementwise_ops
     assert titan.flops["recompute"] == pytest.approx(2 * per_layer, rel=1e-9)
     megatron = stage_stats(build_workload(m, plan.replace(framework=load_profile("megatron-core"))), 0)
     assert megatron.flops["recompute"] == 0
+
+
+def test_context_parallel_exchange_defaults_to_the_stacks():
+    """Megatron-LM's --cp-comm-type defaults to p2p; torchtitan's context_parallel_rotate_method to allgather."""
+    assert Plan.parse("cp=2 dp=4 gbs=8").cp_comm == "p2p"
+    assert Plan.parse("cp=2 dp=4 gbs=8 framework=torchtitan").cp_comm == "all_gather"
+    assert Plan.parse("cp=2 dp=4 gbs=8 cp_comm=all_gather").cp_comm == "all_gather"
+    assert Plan.parse("cp=1 dp=4 gbs=4").cp_comm == "all_gather"  # nothing to exchange
