@@ -169,7 +169,7 @@ class Plan:
                 "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
                 "moe_overlap": stack.moe_shared_expert_overlap,
                 "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher,
-                "cp_comm": stack.cp_comm}
+                "cp_comm": stack.cp_comm if self.cp > 1 else "all_gather"}  # no K/V to exchange without CP
 
     def _fill_from_framework(self) -> None:
         """Knobs the plan leaves as None take the stack's default."""
