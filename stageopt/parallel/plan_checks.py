@@ -12,9 +12,9 @@ from stageopt.inputs.gate import shorten
 
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V: vpp is 2
 CP_COMMS = ("all_gather", "p2p", "a2a", "a2a+p2p")  # Megatron-Core's --cp-comm-type
-DISPATCHERS = ("alltoall", "flex")
+DISPATCHERS = ("alltoall", "flex")  # Megatron-Core's --moe-token-dispatcher-type (flex: DeepEP / HybridEP)
 # Megatron-Core's --recompute-modules (selective recompute of named parts of a layer)
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")  # Megatron-Core's --moe-token-dispatcher-type (flex: DeepEP / HybridEP)
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
 
 
 def check_sharding(plan) -> None:

@@ -6,12 +6,12 @@ evaluated costs), the per-stage totals every report and simulator reads
 Imports ``model``, ``graph`` and ``parallel``; knows nothing of hardware.
 """
 
-from stageopt.workload.memory import GIB, OPTIMIZER_BYTES, MemoryBreakdown, peak_memory, stage_memory
+from stageopt.workload.memory import GIB, MemoryBreakdown, peak_memory, stage_memory
 from stageopt.workload.sharding import Chunk, Workload, build_workload, layer_counts
 from stageopt.workload.stats import CollectiveUse, StageStats, all_stage_stats, flops_per_iteration, stage_stats
 
 __all__ = [
-    "GIB", "OPTIMIZER_BYTES", "Chunk", "CollectiveUse", "MemoryBreakdown", "StageStats", "Workload",
+    "GIB", "Chunk", "CollectiveUse", "MemoryBreakdown", "StageStats", "Workload",
     "all_stage_stats", "build_workload", "flops_per_iteration", "layer_counts", "peak_memory", "stage_memory",
     "stage_stats",
 ]

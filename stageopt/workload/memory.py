@@ -1,8 +1,8 @@
 """Per-rank peak memory of each pipeline stage, with a breakdown.
 
 Weights, gradients and optimizer states follow the ZeRO stage (Rajbhandari et
-al. 2020): bf16 weights, gradients in ``plan.grad_dtype``, and 12 bytes per
-parameter of fp32 master weights plus Adam's two moments. Activations are the
+al. 2020): bf16 weights, gradients in ``plan.grad_dtype``, and ``plan.optimizer_bytes``
+per parameter of fp32 master weights plus Adam's two moments (12, or 8 with bf16 moments). Activations are the
 tensors each chunk saves for backward (from the graph, by recompute mode)
 times the micro-batches the schedule holds in flight at its peak; under a
 zero-bubble schedule a micro-batch between its input- and weight-gradient
@@ -20,7 +20,6 @@ from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_orde
 from stageopt.workload.sharding import Workload
 
 GIB = 2**30
-OPTIMIZER_BYTES = 12  # fp32 master weights + Adam m + Adam v (Plan.optimizer_bytes: with bf16 moments, 8)
 
 
 @dataclass(frozen=True, slots=True)
