@@ -38,6 +38,14 @@ import numpy as np
 from stageopt.inputs.schema import bounds, check_fields
 
 
+# A flash-attention backward kernel recomputes the score matrix before its four
+# gradient matmuls: five matmuls to the forward's two, 2.5x the forward's FLOPs,
+# where model FLOPs (and MFU) count 2x. Attention throughputs are published in
+# the kernel's own count (FlashAttention's benchmarks/benchmark_flash_attention.py:
+# bwd = 2.5 x fwd), so the backward share of peak applies to these executed FLOPs.
+FLASH_BACKWARD_EXECUTED_FLOPS = 2.5 / 2.0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KernelEfficiency:
     """Asymptotic share of peak of one fused kernel family (flash attention forward or backward)."""

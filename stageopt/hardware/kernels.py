@@ -14,7 +14,8 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
   waves over the SMs, :func:`~stageopt.hardware.efficiency.gemm_padded_flops`,
   at the GEMM share of peak) and its HBM traffic;
 * an **attention** kernel costs its FLOPs at the flash-attention share of peak
-  (causal kernels skip the masked half);
+  (causal kernels skip the masked half; a backward kernel executes 1.25x its
+  model FLOPs, as it recomputes the scores);
 * a **vector** kernel streams its bytes at the achievable HBM bandwidth.
 
 No kernel takes less than ``host_us``, the time the framework's host thread needs
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stageopt.hardware.efficiency import gemm_padded_flops
+from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, gemm_padded_flops
 from stageopt.hardware.machine import Hardware
 
 KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3}
@@ -86,7 +87,8 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
                     launch + 2.0 * 2.0 * kern.m * kern.k * kern.batch / bandwidth, 0.0)
     matmul = launch + np.maximum(padded / (fraction * peak), memory) + cast
     attn_peak = gpu.sustained_peak(high) * 1e12
-    attn_flops = kern.flops * np.where(kern.code == 2, 0.5, 1.0)
+    attn_flops = (kern.flops * np.where(kern.code == 2, 0.5, 1.0)
+                  * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0))
     attn_fraction = np.where(kern.backward, eff.attention_backward.peak_fraction, eff.attention_forward.peak_fraction)
     attn_fraction = attn_fraction * (eff.fa2_attention_scale if attention_kernel == "fa2" else 1.0)
     attention = launch + attn_flops / (attn_fraction * attn_peak)

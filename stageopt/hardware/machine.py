@@ -24,7 +24,7 @@ import numpy as np
 
 from stageopt.errors import ConfigError
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
-from stageopt.hardware.efficiency import GpuEfficiency, gemm_padded_flops
+from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, GpuEfficiency, gemm_padded_flops
 from stageopt.hardware.headroom import default_reserve_gib
 from stageopt.inputs.limits import MAX_GPUS
 from stageopt.inputs.schema import bounds, check_fields
@@ -140,7 +140,8 @@ class Gpu:
         if flops <= 0:
             return 0.0
         eff = self.efficiency.attention_backward if backward else self.efficiency.attention_forward
-        device = self.efficiency.launch_us * 1e-6 + flops / (eff.peak_fraction * self.sustained_peak(dtype) * 1e12)
+        executed = flops * (FLASH_BACKWARD_EXECUTED_FLOPS if backward else 1.0)
+        device = self.efficiency.launch_us * 1e-6 + executed / (eff.peak_fraction * self.sustained_peak(dtype) * 1e12)
         return max(device, self.efficiency.host_us * 1e-6)
 
     def vector_time_s(self, nbytes: float) -> float:
