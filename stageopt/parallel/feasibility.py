@@ -39,10 +39,13 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     if model.is_moe:
         _divides(plan.tp, "tp", model.expert_ffn, "expert_ffn")
         _divides(plan.ep, "ep", model.experts, "experts")
-        if plan.dp % plan.ep and not plan.ep_folded:
-            raise InfeasiblePlan(f"plan: ep={plan.ep} does not divide dp={plan.dp}; experts are spread over a "
-                                 "factor of dp, or with etp=1 over tp x a factor of dp (MoE parallel folding), "
-                                 "so pick ep dividing dp, or tp x a divisor of dp with etp=1")
+        stage_ranks = plan.tp * plan.cp * plan.dp
+        if stage_ranks % (plan.expert_tp * plan.ep):
+            raise InfeasiblePlan(
+                f"plan: ep={plan.ep} x etp={plan.expert_tp} does not divide a stage's tp={plan.tp} x cp={plan.cp} "
+                f"x dp={plan.dp} = {stage_ranks} ranks, which expert layers take as etp x ep x expert-DP "
+                f"(Megatron-Core's folding); pick ep dividing {stage_ranks // plan.expert_tp}"
+                + ("" if plan.expert_tp == 1 else ", or etp=1"))
     elif plan.ep > 1:
         raise InfeasiblePlan(f"plan: ep={plan.ep} on dense model {model.name}; set ep=1")
     seq_split = plan.cp * (plan.tp if plan.sp else 1) * (2 if plan.cp > 1 else 1)

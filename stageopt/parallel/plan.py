@@ -222,28 +222,10 @@ class Plan:
         return self.dp // self.shard_dp
 
     @property
-    def ep_folded(self) -> bool:
-        """Expert parallelism over tp x a factor of dp (Megatron-Core's MoE parallel folding with etp=1)."""
-        ep, tp = self.ep, self.tp
-        return (ep > 1 and self.dp % ep != 0 and self.etp == 1 and tp > 1 and ep % tp == 0
-                and self.dp % (ep // tp) == 0)
-
-    @property
-    def ep_dp(self) -> int:
-        """The factor of dp that expert parallelism spans (all of ep unless folded over tp)."""
-        return self.ep // self.tp if self.ep_folded else self.ep
-
-    @property
     def expert_dp_ranks(self) -> int:
-        """Ranks that hold the same experts (their gradient and ZeRO group): expert-DP x cp, x tp when
-        etp=1 keeps whole experts on TP ranks that are not expert-parallel themselves."""
-        whole_on_tp = self.expert_tp == 1 and self.tp > 1 and not self.ep_folded
-        return self.edp * self.cp * (self.tp if whole_on_tp else 1)
-
-    @property
-    def edp(self) -> int:
-        """Data-parallel degree of expert weights over dp (dp / ep, or dp / (ep / tp) when folded)."""
-        return self.dp // self.ep_dp
+        """Ranks that hold the same experts (their gradient and ZeRO group): a stage's tp x cp x dp ranks
+        over etp x ep, as Megatron-Core factors them (stageopt.parallel.ranks)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def dtype_bytes(self) -> int:

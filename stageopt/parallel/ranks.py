@@ -1,14 +1,20 @@
 """Rank layout and communicator groups.
 
 Ranks are numbered with TP innermost (so a TP group sits inside one node),
-then CP, then DP (whose inner factor is EP), and PP outermost:
+then CP, then DP, and PP outermost:
 ``rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))`` with
-``dp_i = ep_i + ep * edp_i``, ``cp_i = cpa_i + cpa * ring_i`` (hierarchical CP)
-and ``edp_i = dps_i + dps * dpr_i``, where hybrid sharding (``Plan.dp_shard``) cuts
-data parallelism into shards (inner, ``dps``) and their replicas (outer, ``dpr``;
-degree 1 unless hybrid). With EP folded over TP, ``ep`` is dp's factor ep / tp. A group is the
-set of ranks that differ only in the coordinates of its axes. Groups of one
-rank are never produced: an axis of degree 1 has no group.
+``cp_i = cpa_i + cpa * ring_i`` (hierarchical CP) and ``dp_i = dps_i + dps * dpr_i``,
+where hybrid sharding (``Plan.dp_shard``) cuts data parallelism into shards
+(inner, ``dps``) and their replicas (outer, ``dpr``; degree 1 unless hybrid).
+
+Expert layers see the same ranks factored another way, as Megatron-Core builds
+them (its expert rank generator, order tp-ep-dp-pp): a pipeline stage's
+``tp * cp * dp`` ranks are ``etp`` (expert TP, innermost) x ``ep`` x expert-DP,
+so expert parallelism takes the ranks right after expert TP. With etp = tp that
+is CP first, then DP; with etp = 1 it folds over TP too (MoE parallel folding).
+
+A group is the set of ranks that differ only in the coordinates of its axes.
+Groups of one rank are never produced: an axis of degree 1 has no group.
 """
 
 from __future__ import annotations
@@ -18,33 +24,40 @@ import numpy as np
 from stageopt.parallel.plan import Plan
 
 # Group kinds and the coordinate axes they span. "dp_cp" reduces dense
-# gradients; "edp_cp" reduces expert gradients; "ep" carries all-to-alls;
-# with hybrid sharding "shard_cp" holds one sharded copy of the dense states
-# and "replicate" all-reduces across the copies. Context parallelism is "cpa"
-# (the all-to-all part of the hierarchical mix, degree 1 otherwise) inside
-# "cp" (the rest: the ring, or all of cp).
+# gradients; "edp_cp" reduces expert gradients (named "tp_edp_cp" when etp=1
+# keeps experts whole on TP ranks); "ep" carries all-to-alls; with hybrid
+# sharding "shard_cp" holds one sharded copy of the dense states and "replicate"
+# all-reduces across the copies. Context parallelism is "cpa" (the all-to-all
+# part of the hierarchical mix, degree 1 otherwise) inside "cp" (the rest: the
+# ring, or all of cp). Axes "etp", "xep" and "xdp" are the expert factoring.
 GROUP_AXES: dict[str, tuple[str, ...]] = {
     "tp": ("tp",),
     "cp": ("cp",),
-    "ep": ("ep",),
-    "dp": ("ep", "dps", "dpr"),
-    "edp": ("dps", "dpr"),
+    "ep": ("xep",),
+    "dp": ("dps", "dpr"),
     "pp": ("pp",),
-    "dp_cp": ("cpa", "cp", "ep", "dps", "dpr"),
-    "edp_cp": ("cpa", "cp", "dps", "dpr"),
-    "tp_dp_cp": ("tp", "cpa", "cp", "ep", "dps", "dpr"),
-    "tp_edp_cp": ("tp", "cpa", "cp", "dps", "dpr"),
-    "shard_cp": ("cpa", "cp", "ep", "dps"),
+    "dp_cp": ("cpa", "cp", "dps", "dpr"),
+    "edp_cp": ("xdp",),
+    "tp_dp_cp": ("tp", "cpa", "cp", "dps", "dpr"),
+    "tp_edp_cp": ("xdp",),
+    "shard_cp": ("cpa", "cp", "dps"),
     "replicate": ("dpr",),
     "cpa": ("cpa",),
 }
-_COORD_ORDER = ("tp", "cpa", "cp", "ep", "dps", "dpr", "pp")
+_DENSE_ORDER = ("tp", "cpa", "cp", "dps", "dpr", "pp")
+_EXPERT_ORDER = ("etp", "xep", "xdp", "pp")
 
 
 def axis_degrees(plan: Plan) -> dict[str, int]:
-    """Degree of every coordinate axis of the rank layout."""
-    return {"tp": plan.tp, "cpa": plan.cpa, "cp": plan.cp // plan.cpa, "ep": plan.ep_dp,
-            "dps": plan.edp // plan.dp_replicate, "dpr": plan.dp_replicate, "pp": plan.pp}
+    """Degree of every coordinate axis of both factorings of the ranks."""
+    return {"tp": plan.tp, "cpa": plan.cpa, "cp": plan.cp // plan.cpa, "dps": plan.shard_dp,
+            "dpr": plan.dp_replicate, "pp": plan.pp,
+            "etp": plan.expert_tp, "xep": plan.ep, "xdp": plan.expert_dp_ranks}
+
+
+def _order(axes) -> tuple[str, ...]:
+    """The factoring (dense or expert) whose axes these are."""
+    return _EXPERT_ORDER if any(a in _EXPERT_ORDER[:3] for a in axes) else _DENSE_ORDER
 
 
 def dense_dp_groups(plan: Plan) -> tuple[str, str]:
@@ -54,35 +67,35 @@ def dense_dp_groups(plan: Plan) -> tuple[str, str]:
 
 
 def expert_dp_group(plan: Plan) -> str:
-    """Where expert gradients are reduced: over the TP ranks too when experts are whole on each (etp=1)
-    and the TP ranks are not expert-parallel themselves (folding)."""
-    return "tp_edp_cp" if plan.expert_tp == 1 and plan.tp > 1 and not plan.ep_folded else "edp_cp"
+    """Where expert gradients are reduced: ``tp_edp_cp`` when etp=1 keeps experts whole on the TP
+    ranks (each rank's gradient is then a partial sum that this group completes, with no TP sum)."""
+    return "tp_edp_cp" if plan.expert_tp == 1 and plan.tp > 1 else "edp_cp"
 
 
 def axes_of(plan: Plan, kind: str) -> tuple[str, ...]:
-    """The coordinate axes of a ``kind`` group on this plan: expert parallelism folded over TP spans tp too."""
-    return ("tp", "ep") if kind == "ep" and plan.ep_folded else GROUP_AXES[kind]
+    """The coordinate axes of a ``kind`` group on this plan."""
+    return GROUP_AXES[kind]
 
 
 def coords_of(plan: Plan, rank: int) -> dict[str, int]:
-    """Coordinates of a rank on every axis (plus ``dp``)."""
+    """Coordinates of a rank on every axis of both factorings (plus ``dp``)."""
     out: dict[str, int] = {}
-    rest = rank
-    for axis in _COORD_ORDER:
-        deg = axis_degrees(plan)[axis]
-        out[axis] = rest % deg
-        rest //= deg
     degrees = axis_degrees(plan)
-    out["edp"] = out["dps"] + degrees["dps"] * out["dpr"]
-    out["dp"] = out["ep"] + degrees["ep"] * out["edp"]  # the ep coordinate is dp's factor (ep / tp when folded)
+    for order in (_DENSE_ORDER, _EXPERT_ORDER):
+        rest = rank
+        for axis in order:
+            out[axis] = rest % degrees[axis]
+            rest //= degrees[axis]
+    out["dp"] = out["dps"] + degrees["dps"] * out["dpr"]
     return out
 
 
-def rank_of(plan: Plan, coords: dict[str, int]) -> int:
+def rank_of(plan: Plan, coords: dict[str, int], order: tuple[str, ...] = _DENSE_ORDER) -> int:
     rank, stride = 0, 1
-    for axis in _COORD_ORDER:
+    degrees = axis_degrees(plan)
+    for axis in order:
         rank += coords.get(axis, 0) * stride
-        stride *= axis_degrees(plan)[axis]
+        stride *= degrees[axis]
     return rank
 
 
@@ -94,7 +107,7 @@ def group_members(plan: Plan, kind: str, rank: int) -> list[int]:
     """Ranks in the ``kind`` group that contains ``rank`` (ascending)."""
     base = coords_of(plan, rank)
     axes = axes_of(plan, kind)
-    members = [rank_of(plan, {**base, **dict(zip(axes, idx))})
+    members = [rank_of(plan, {**base, **dict(zip(axes, idx))}, _order(axes))
                for idx in np.ndindex(*[axis_degrees(plan)[a] for a in axes])]
     return sorted(members)
 
@@ -108,13 +121,14 @@ def all_groups(plan: Plan, kind: str) -> np.ndarray:
     if size == 1:
         return np.zeros((0, 1), dtype=np.int64)
     degs = axis_degrees(plan)
-    # grid[pp, dpr, dps, ep, cp, cpa, tp] holds the rank; move the group's axes last.
-    shape = [degs[a] for a in reversed(_COORD_ORDER)]
-    grid = np.arange(plan.gpus, dtype=np.int64).reshape(shape)
-    names = list(reversed(_COORD_ORDER))
     axes = axes_of(plan, kind)
+    order = _order(axes)
+    # grid[pp, dpr, dps, cp, cpa, tp] (or [pp, xdp, xep, etp]) holds the rank; move the group's axes last.
+    shape = [degs[a] for a in reversed(order)]
+    grid = np.arange(plan.gpus, dtype=np.int64).reshape(shape)
+    names = list(reversed(order))
     keep = [names.index(a) for a in names if a not in axes]
-    moved = [names.index(a) for a in reversed(_COORD_ORDER) if a in axes]
+    moved = [names.index(a) for a in reversed(order) if a in axes]
     return np.sort(grid.transpose(keep + moved).reshape(-1, size), axis=1)
 
 
@@ -126,13 +140,13 @@ def pp_peer(plan: Plan, rank: int, stage: int) -> int:
 def group_stride(plan: Plan, kind: str) -> int:
     """Rank distance between neighbouring members of a ``kind`` group (1 for TP).
 
-    Axes of degree 1 are skipped: with cp = 1 an expert-gradient group
-    (``edp_cp``) steps by ``tp * ep``, not ``tp``.
+    Axes of degree 1 are skipped: an expert-gradient group (``edp_cp``) steps
+    by ``etp * ep``, an expert-parallel group by ``etp``.
     """
     stride = 1
     axes = axes_of(plan, kind)
     degrees = axis_degrees(plan)
-    for axis in _COORD_ORDER:
+    for axis in _order(axes):
         if axis in axes and degrees[axis] > 1:
             return stride
         stride *= degrees[axis]

@@ -19,9 +19,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from stageopt.parallel.plan import Plan
-from stageopt.parallel.ranks import all_groups, axes_of, axis_degrees
+from stageopt.parallel.ranks import all_groups
 
-KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "edp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate", "cpa")
+KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate", "cpa")
 TIER_PARTS = ("", "node", "nodes")  # a whole group, its members in one node, one member per node
 
 
@@ -63,11 +63,10 @@ class GroupTable:
     """Group ids of the kinds in use; ``id_of(kind, rank)`` and the comm-group file contents."""
 
     def __init__(self, plan: Plan, kinds: Iterable[str], node_gpus: int = 1) -> None:
-        degrees = axis_degrees(plan)
         self._ids: dict[str, np.ndarray] = {}
-        self._rows: list[np.ndarray] = []  # member arrays, one per distinct kind, in id order
+        self._rows: list[np.ndarray] = []  # member arrays, one per distinct set of groups, in id order
         self._first: list[int] = []  # id of the first group of each member array
-        by_axes: dict[tuple[tuple[str, ...], str], np.ndarray] = {}
+        by_members: dict[tuple[tuple[int, ...], bytes], np.ndarray] = {}
         next_id = 1
 
         def order(kind: str) -> tuple[int, int]:
@@ -76,18 +75,19 @@ class GroupTable:
 
         for kind in sorted(set(kinds), key=order):
             base, part = split_kind(kind)
-            key = (tuple(a for a in axes_of(plan, base) if degrees[a] > 1), part)
-            if not key[0]:
+            whole = all_groups(plan, base)
+            if not whole.size:
                 continue
-            if key not in by_axes:
-                rows = tier_rows(all_groups(plan, base), node_gpus, part)
+            rows = tier_rows(whole, node_gpus, part)
+            key = (rows.shape, rows.tobytes())  # kinds whose groups coincide share ids
+            if key not in by_members:
                 ids = np.empty(plan.gpus, dtype=np.int64)
                 ids[rows] = np.arange(next_id, next_id + len(rows), dtype=np.int64)[:, None]
-                by_axes[key] = ids
+                by_members[key] = ids
                 self._rows.append(rows)
                 self._first.append(next_id)
                 next_id += len(rows)
-            self._ids[kind] = by_axes[key]
+            self._ids[kind] = by_members[key]
 
     @property
     def kinds(self) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays["zero"] = np.array([p.step_zero for p in plans], dtype=float)
     arrays["shard_dp"] = np.array([p.shard_dp for p in plans], dtype=float)  # dp unless hybrid sharding
     arrays["expert_dp"] = np.array([p.expert_dp_ranks for p in plans], dtype=float)  # experts' gradient group
-    arrays["ep_fold"] = np.array([p.ep_folded for p in plans], dtype=bool)  # EP over tp x a factor of dp
+    arrays["etp"] = np.array([p.expert_tp for p in plans], dtype=float)  # EP groups step by etp (ranks.py)
     arrays["schedule"] = np.array([SCHEDULE_CODE[p.schedule] for p in plans], dtype=float)
     arrays["dp_overlap"] = np.array([p.dp_overlap for p in plans], dtype=bool)
     arrays["tp_overlap"] = np.array([p.tp_overlap for p in plans], dtype=bool)

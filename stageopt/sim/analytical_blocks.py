@@ -41,7 +41,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     cost["comm_fwd"] = np.zeros(n)  # forward-phase share of the comm_* times below
     # "cp" is the ring part of hierarchical CP (all of cp otherwise), "cpa" its all-to-all part inside it
     degree = {"tp": c["tp"], "cp": c["cp"] / c["cpa"], "ep": c["ep"], "cpa": c["cpa"]}
-    stride = {"tp": np.ones(n), "cp": c["tp"] * c["cpa"], "ep": np.where(c["ep_fold"], 1, c["tp"] * c["cp"]),
+    stride = {"tp": np.ones(n), "cp": c["tp"] * c["cpa"], "ep": c["etp"],
               "cpa": c["tp"]}
     for axis in ("tp", "cp", "ep", "cpa"):
         cost[f"comm_{axis}"] = np.zeros(n)

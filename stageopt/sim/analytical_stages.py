@@ -45,7 +45,6 @@ def in_flight(c: dict, m: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
 
 def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s: int) -> dict[str, np.ndarray]:
     dense, expert = stage_params(cost, comp, c)
-    edp = c["dp"] / c["ep"]
     zero = c["zero"]
 
     def sharded(on):

@@ -59,16 +59,9 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
 
 
 def _expert_group(c: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Size and member stride of the group that reduces expert gradients (expert-DP x cp ranks).
-
-    With cp = 1 it steps over the EP ranks; with etp=1 it takes in the TP ranks (stride 1); with EP
-    folded over TP (ep = tp x a factor of dp) it steps over that whole block.
-    """
-    n = c["expert_dp"]
-    plain = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"])
-    whole_on_tp = n > c["dp"] / c["ep"] * c["cp"]
-    folded = c["tp"] * np.where(c["cp"] > 1, 1, c["ep"] / c["tp"])
-    return n, np.where(c["ep_fold"], folded, np.where(whole_on_tp, 1, plain))
+    """Size and member stride of the group that reduces expert gradients: a stage's ranks are
+    etp x ep x expert-DP (stageopt.parallel.ranks), so its members step over etp x ep ranks."""
+    return c["expert_dp"], c["etp"] * c["ep"]
 
 
 def bucketed_time(hw: Hardware, kind: str, params, per_param_bytes: int, n, stride, bucket_params,
