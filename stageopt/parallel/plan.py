@@ -35,8 +35,9 @@ class Plan:
     here overrides it. ``dp_overlap`` overlaps gradient reduction with
     backward; ``tp_overlap`` pipelines TP collectives with the GEMMs next to
     them (Megatron-Core's userbuffer overlap). ``dp`` counts data-parallel
-    replicas; ``ep`` experts are split across a factor of ``dp`` (expert data
-    parallelism is ``dp / ep``). ``vpp`` is the number of virtual pipeline
+    replicas; ``ep`` experts are split across the ranks right after expert TP in a stage's
+    tp x cp x dp ranks (Megatron-Core's expert layout: CP ranks, then DP; see
+    :mod:`stageopt.parallel.ranks`). ``vpp`` is the number of virtual pipeline
     chunks per stage (interleaved 1F1B; V-shaped schedules have 2).
 
     Uneven pipelines as Megatron-Core builds them: ``first_layers`` /
