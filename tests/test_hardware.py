@@ -251,6 +251,10 @@ def test_matmul_time_against_hand_roofline() -> None:
     # The backward kernel recomputes QK^T: 5 matmuls to the forward's 2 = 1.25x its 2x-forward model FLOPs.
     assert gpu.attention_time_s(1e12, backward=True) == pytest.approx(
         launch + 1.25e12 / (bwd.peak_fraction * 989.4e12))
+    # Then one exponential per score on the special-function units: head dim 128 spends 4 x 128 FLOPs per
+    # score forward, so 1e12 FLOPs carry 1e12 / 512 exponentials at 3.87e12 per second.
+    assert gpu.attention_time_s(1e12, flops_per_score=512) == pytest.approx(
+        launch + 1e12 / (fwd.peak_fraction * 989.4e12) + 1e12 / 512 / 3.87e12)
     assert gpu.matmul_time_s(m, n, k, "fp8") == pytest.approx(
         launch + waves * 132 * 2 * 128 * 256 * k / (mm.fp8_peak_fraction * 1978.9e12))
 
@@ -419,3 +423,23 @@ def test_hardware_built_in_python_is_validated() -> None:
     hw = load_hardware("h100-sxm")
     with pytest.raises(ConfigError, match="Hardware.cost_per_gpu_hour = 0.0 must be > 0"):
         Hardware(name="x", cost_per_gpu_hour=0.0, gpu=hw.gpu, node=hw.node, scaleout=hw.scaleout)
+
+
+def test_calibration_keeps_the_papers_backward_to_forward_throughput_ratio_at_head_dim_128() -> None:
+    """FlashAttention's papers report backward throughput (2.5x the forward's FLOPs) at ~0.75 of forward,
+    exponentials included; with the exponentials priced apart, the tied backward matmul share must give
+    that ratio back through the kernel model itself (launch costs aside: huge kernels)."""
+    from stageopt.sim.run import hardware_for
+    from stageopt.validation.calibrate import BACKWARD_TO_FORWARD, backward_share
+
+    for preset in ("h100-sxm", "a100-80g", "b200"):
+        gpu = load_hardware(preset).gpu
+        share = backward_share(0.6, gpu)
+        tied = hardware_for(preset, ["gpu.efficiency.attention_forward.peak_fraction=0.6",
+                                    f"gpu.efficiency.attention_backward.peak_fraction={share}"]).gpu
+        flops = 1e18
+        forward = flops / tied.attention_time_s(flops, flops_per_score=4 * 128)
+        backward = 2.5 * flops / tied.attention_time_s(2 * flops, backward=True, flops_per_score=8 * 128)
+        assert backward / forward == pytest.approx(BACKWARD_TO_FORWARD, rel=1e-6)
+    no_sfu = load_hardware("mi300x").gpu  # exponentials not priced: the plain ratio of shares
+    assert backward_share(0.6, no_sfu) == pytest.approx(0.45)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.einsum import parse_spec, required_layouts
 from stageopt.graph.layout import PARTIAL, REPLICATE, Layout, Split, backward_target
-from stageopt.graph.tensor import Op, Tensor
+from stageopt.graph.tensor import Op, Tensor, backward_score_shape
 
 
 @dataclass
@@ -111,7 +111,8 @@ class _Differentiator:
                       for t, lay in ((q, q.layout), (k, kv_layout), (v, kv_layout)))
         self.bwd.emit(Op(name=f"d{op.name}", kind="attention", inputs=(gout, *saved), outputs=grads,
                          flops=2 * op.flops,
-                         attrs={"spec": op.attrs.get("spec", ""), "causal": op.attrs.get("causal", False)}))
+                         attrs={"spec": op.attrs.get("spec", ""), "causal": op.attrs.get("causal", False),
+                                "gemm": backward_score_shape(op)}))
         for t, g in zip((q, k, v), grads):
             self._deliver(t, g)
 

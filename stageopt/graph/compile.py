@@ -153,7 +153,8 @@ GEMM_FIELDS = ("m", "n", "k", "batch")
 
 
 def gemm_shape(op: Op) -> tuple[sp.Expr, ...]:
-    """Per-rank (m, n, k, batch) of a matmul op; zeros for other kernels (priced by FLOPs or bytes)."""
+    """Per-rank (m, n, k, batch) of a matmul op; (0, 0, FLOPs per score, 0) of an attention op
+    (:func:`stageopt.graph.tensor.score_shape`); zeros for other kernels (priced by FLOPs or bytes)."""
     return tuple(op.attrs.get("gemm", (sp.Integer(0),) * 4))
 
 

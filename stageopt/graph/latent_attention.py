@@ -20,7 +20,7 @@ from __future__ import annotations
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.layout import REPLICATE, Layout, Split
 from stageopt.graph.symbols import DN, DR, DV, KL, QL, B, G, H, S
-from stageopt.graph.tensor import Op, Tensor
+from stageopt.graph.tensor import Op, Tensor, score_shape
 from stageopt.graph.templates import (
     ACT,
     Arch,
@@ -52,7 +52,7 @@ def _attention_core(b: GraphBuilder, arch: Arch, q: Tensor, k: Tensor, v: Tensor
     rows = q.local_dim(0) * q.local_dim(1) * q.local_dim(2)  # query positions x heads on this rank
     flops = 2 * rows * S * (DN + DR + DV)  # Q K^T over DN + DR, then P V over DV, whole s x s (MFU convention)
     b.emit(Op(name="attn", kind="attention", inputs=(q, k, v), outputs=(out,), flops=flops,
-              attrs={"causal": True, "spec": "mla"}))
+              attrs={"causal": True, "spec": "mla", "gemm": score_shape(2 * (DN + DR + DV))}))
     return out
 
 

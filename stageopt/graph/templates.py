@@ -17,7 +17,7 @@ import sympy as sp
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.layout import PARTIAL, REPLICATE, Layout, Split
 from stageopt.graph.symbols import EP, FE, NS, B, D, E, F, G, H, K, R, S, V
-from stageopt.graph.tensor import Op, Tensor
+from stageopt.graph.tensor import Op, Tensor, score_shape
 
 ACT = 2  # bytes of a bf16 activation
 MASK = 1  # bytes of a dropout mask element
@@ -144,7 +144,7 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = N
     if arch.attention == "flash":
         band = 1 if window is None else (2 * sp.Min(window, S) * S - sp.Min(window, S) ** 2) / S**2
         o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention",
-                     flops_scale=2 * band, extra={"causal": True})
+                     flops_scale=2 * band, extra={"causal": True, "gemm": score_shape(4 * D)})
     else:
         scores = b.einsum("scores", "bsgrd,btgd->bsgrt", (q, k), extra={"causal": True})
         (probs,) = b.vector("softmax", (scores,), flops_per_elem=5, bwd_flops_per_elem=4, needs=("out0",))

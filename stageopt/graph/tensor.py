@@ -67,6 +67,23 @@ class Collective:
         return sp.Max(self.input_bytes, self.output_bytes) if self.kind != "all_reduce" else self.input_bytes
 
 
+def score_shape(flops_per_score: sp.Expr) -> tuple[sp.Expr, ...]:
+    """The ``gemm`` attribute of a flash-attention op: (0, 0, FLOPs per score, 0).
+
+    A fused attention kernel has no GEMM shape of its own; its ``k`` slot carries
+    the FLOPs it spends per query-key score (4 x head dim forward), so the kernel
+    model counts the exponentials its softmax computes as ``flops / k``.
+    """
+    zero = sp.Integer(0)
+    return (zero, zero, sp.sympify(flops_per_score), zero)
+
+
+def backward_score_shape(forward: "Op") -> tuple[sp.Expr, ...]:
+    """The backward kernel's scores are the forward's (each recomputed once), over twice its model FLOPs."""
+    fwd = forward.attrs.get("gemm")
+    return score_shape(2 * fwd[2]) if fwd is not None else (sp.Integer(0),) * 4
+
+
 @dataclass(eq=False, slots=True)
 class Op:
     """One kernel (or collective) of the graph.

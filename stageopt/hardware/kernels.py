@@ -15,7 +15,10 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
   at the GEMM share of peak) and its HBM traffic;
 * an **attention** kernel costs its FLOPs at the flash-attention share of peak
   (causal kernels skip the masked half; a backward kernel executes 1.25x its
-  model FLOPs, as it recomputes the scores);
+  model FLOPs, as it recomputes the scores), then one exponential per score on
+  the special-function units (``gpu.exp_tops``), which the softmax between the
+  two matmuls waits for; its ``k`` carries its FLOPs per score (4 x head dim
+  forward), so a kernel's scores are ``flops / k``;
 * a **vector** kernel streams its bytes at the achievable HBM bandwidth.
 
 No kernel takes less than ``host_us``, the time the framework's host thread needs
@@ -87,11 +90,12 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
                     launch + 2.0 * 2.0 * kern.m * kern.k * kern.batch / bandwidth, 0.0)
     matmul = launch + np.maximum(padded / (fraction * peak), memory) + cast
     attn_peak = gpu.sustained_peak(high) * 1e12
-    attn_flops = (kern.flops * np.where(kern.code == 2, 0.5, 1.0)
-                  * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0))
+    computed = kern.flops * np.where(kern.code == 2, 0.5, 1.0)  # causal kernels skip the masked half
+    attn_flops = computed * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0)
     attn_fraction = np.where(kern.backward, eff.attention_backward.peak_fraction, eff.attention_forward.peak_fraction)
     attn_fraction = attn_fraction * (eff.fa2_attention_scale if attention_kernel == "fa2" else 1.0)
-    attention = launch + attn_flops / (attn_fraction * attn_peak)
+    scores = np.where(kern.k > 0, computed / np.maximum(kern.k, 1), 0.0)
+    attention = launch + attn_flops / (attn_fraction * attn_peak) + gpu.exp_seconds(scores)
     vector = launch * launches + memory
     device = np.where(kern.code == 3, vector, np.where(kern.code == 0, matmul, attention))
     return np.maximum(device, host * launches)

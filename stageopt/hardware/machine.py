@@ -83,6 +83,9 @@ class Gpu:
         gt=0, doc="board power the efficiency fractions hold at (the part's default power limit)"))
     power_limit_w: float | None = field(default=None, metadata=bounds(
         gt=0, doc="enforced power limit below tdp_w (nvidia-smi -pl); null: tdp_w"))
+    exp_tops: float | None = field(default=None, metadata=bounds(
+        gt=0, doc="exponentials per second (1e12) the special-function units compute: the softmax inside "
+                  "flash attention; null: not priced"))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -103,6 +106,12 @@ class Gpu:
         """Dense peak TFLOP/s at the clock the power limit allows (what kernels are priced against;
         MFU stays against :meth:`peak`)."""
         return self.peak(dtype) * self.clock_fraction()
+
+    def exp_seconds(self, exps):
+        """Seconds the special-function units take for ``exps`` exponentials (at the power-limited clock)."""
+        if self.exp_tops is None:
+            return np.zeros_like(np.asarray(exps, dtype=float))
+        return np.asarray(exps, dtype=float) / (self.exp_tops * self.clock_fraction() * 1e12)
 
     def memory_reserve_gib(self) -> float:
         """HBM kept free for what is not the plan's tensors (see :mod:`stageopt.hardware.headroom`)."""
@@ -135,13 +144,16 @@ class Gpu:
         traffic = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
         return max(eff.launch_us * 1e-6 + max(compute, self.memory_time_s(traffic)), eff.host_us * 1e-6)
 
-    def attention_time_s(self, flops: float, backward: bool = False, dtype: DType = "bf16") -> float:
-        """Seconds for a fused attention kernel of ``flops`` (forward or backward)."""
+    def attention_time_s(self, flops: float, backward: bool = False, dtype: DType = "bf16",
+                         flops_per_score: float = 0.0) -> float:
+        """Seconds for a fused attention kernel of ``flops`` (forward or backward): its matmuls, then the
+        exponential of each of its ``flops / flops_per_score`` scores (0: not priced)."""
         if flops <= 0:
             return 0.0
         eff = self.efficiency.attention_backward if backward else self.efficiency.attention_forward
         executed = flops * (FLASH_BACKWARD_EXECUTED_FLOPS if backward else 1.0)
         device = self.efficiency.launch_us * 1e-6 + executed / (eff.peak_fraction * self.sustained_peak(dtype) * 1e12)
+        device += self.exp_seconds(flops / flops_per_score if flops_per_score > 0 else 0.0)
         return max(device, self.efficiency.host_us * 1e-6)
 
     def vector_time_s(self, nbytes: float) -> float:

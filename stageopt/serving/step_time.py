@@ -84,10 +84,13 @@ def _fused_gemm_seconds(hw: Hardware, dtype: str, members: list[Kernels], label:
     return grouped_kernel_seconds(hw, dtype, stacked, np.full(len(members), label), cuda_graphs=True).sum(axis=0)
 
 
-def attention_kernel_seconds(hw: Hardware, flops, nbytes) -> np.ndarray:
-    """An attention kernel: the slower of the flash-attention kernel on its FLOPs and a stream of its bytes."""
+def attention_kernel_seconds(hw: Hardware, flops, nbytes, flops_per_score=0.0) -> np.ndarray:
+    """An attention kernel: the slower of the flash-attention kernel on its FLOPs (and its scores'
+    exponentials) and a stream of its bytes."""
     flops, nbytes = np.broadcast_arrays(np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float))
-    compute = kernel_seconds(hw, "bf16", _kernels(KERNEL_CODES["attention"], flops, nbytes, None, HIGH))
+    zero = np.zeros_like(flops)
+    shape = (zero, zero, np.broadcast_to(np.asarray(flops_per_score, dtype=float), flops.shape), zero)
+    compute = kernel_seconds(hw, "bf16", _kernels(KERNEL_CODES["attention"], flops, nbytes, shape, HIGH))
     stream = kernel_seconds(hw, "bf16", _kernels(KERNEL_CODES["vector"], flops, nbytes, None, HIGH))
     return np.maximum(compute, stream)
 
@@ -151,7 +154,7 @@ class StepModel:
                 total += kernel_seconds(self.hw, "bf16", _kernels(
                     KERNEL_CODES["vector"], flops, weights + acts + cache, None, HIGH, row.launches))
             else:
-                total += attention_kernel_seconds(self.hw, flops, acts + cache)
+                total += attention_kernel_seconds(self.hw, flops, acts + cache, fv[6, i])
         for label, members in fused.items():
             total += _fused_gemm_seconds(self.hw, self.gemm_dtype, members, label)
         return total

@@ -50,6 +50,8 @@ class StepTimer:
         unit = table.evaluate(sm._with("attention", S=np.ones(1), T=np.ones(1)), 1)[:, :, 0]
         core = [i for i, row in enumerate(table.rows) if row.kind.startswith("attention")]
         self.flops_per_pair = float(sum(unit[0, i] for i in core))
+        scores_per_pair = sum(unit[0, i] / unit[6, i] for i in core if unit[6, i] > 0)
+        self.flops_per_score = self.flops_per_pair / scores_per_pair if scores_per_pair else 0.0
         self.bytes_per_token = float(sum(unit[3, i] for i in core))
         self.bytes_per_key = float(sum(unit[2, i] for i in core)) * sm.kvscale
         self.share = sm.ranks_sharing_attention
@@ -61,7 +63,8 @@ class StepTimer:
         share = self.share
         core = attention_kernel_seconds(
             self.sm.hw, self.flops_per_pair * pairs / share,
-            self.bytes_per_token * max(tokens / share, 1.0) + self.bytes_per_key * max(keys / share, 1.0))
+            self.bytes_per_token * max(tokens / share, 1.0) + self.bytes_per_key * max(keys / share, 1.0),
+            self.flops_per_score)
         stage = self.by_tokens[tokens - 1] + self.layers * float(core) + (
             self.by_sampled[sampled - 1] if self.pp == 1 else 0.0)
         if self.pp == 1:

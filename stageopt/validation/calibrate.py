@@ -3,8 +3,10 @@
 Why only a few, and only inside their physical ranges: HBM and network
 efficiencies come from microbenchmarks and stay fixed; what is fitted is the
 share of peak a large GEMM reaches at the clocks a GPU holds in training (BF16
-and FP8), the flash-attention share of peak (backward tied to forward by the
-ratio the FlashAttention papers report), the per-kernel launch cost on the GPU
+and FP8), the flash-attention kernels' matmul share of peak (their softmax
+exponentials are priced apart, on the special-function units; backward tied to
+forward by the throughput ratio the FlashAttention papers report at head dim
+128, exponentials included), the per-kernel launch cost on the GPU
 and the host's dispatch time per kernel. Each
 is bounded by its physical range (:data:`PARAMETERS`), so a missing term in the
 model shows up as a large error, not as a parameter that absorbs it.
@@ -23,6 +25,7 @@ import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
 from stageopt.errors import StageoptError
+from stageopt.hardware.machine import Gpu
 from stageopt.validation.compare import Comparison, PreparedRun, predict
 
 # (hw-set key, low, high): the physical range of each fitted parameter.
@@ -34,6 +37,7 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("gpu.efficiency.host_us", 0.0, 30.0),
 )
 BACKWARD_TO_FORWARD = 0.75  # flash-attention backward vs forward throughput (FlashAttention-2/3 papers)
+REFERENCE_HEAD_DIM = 128  # the head dim of those papers' headline throughputs
 FAMILIES: dict[str, tuple[str, ...]] = {
     "a100": ("a100-80g", "a100-80g-jeanzay"),
     "hopper": ("h100-sxm", "h100-grand-teton", "h200-sxm"),
@@ -41,13 +45,25 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 
-def hw_set_for(values: Sequence[float], keys: Sequence[str]) -> list[str]:
+def hw_set_for(values: Sequence[float], keys: Sequence[str], gpu: Gpu) -> list[str]:
     """``--hw-set`` strings for fitted ``values`` (attention backward follows forward)."""
     out = [f"{k}={v:.6g}" for k, v in zip(keys, values)]
     for k, v in zip(keys, values):
         if k.endswith("attention_forward.peak_fraction"):
-            out.append(f"gpu.efficiency.attention_backward.peak_fraction={BACKWARD_TO_FORWARD * v:.6g}")
+            out.append(f"gpu.efficiency.attention_backward.peak_fraction={backward_share(v, gpu):.6g}")
     return out
+
+
+def backward_share(forward: float, gpu: Gpu) -> float:
+    """The backward kernel's matmul share of peak that keeps the papers' backward/forward throughput
+    ratio at head dim 128, now that the kernel model prices the softmax exponentials apart.
+
+    Per forward model FLOP the exponentials take ``r = peak / (4 d exp_rate)`` of peak time; the
+    backward kernel computes the same scores' exponentials over 2.5x the FLOPs (0.4 r per FLOP).
+    """
+    r = gpu.peak("bf16") / (4 * REFERENCE_HEAD_DIM * gpu.exp_tops) if gpu.exp_tops else 0.0
+    inclusive_forward = 1 / (1 / forward + r)
+    return 1 / (1 / (BACKWARD_TO_FORWARD * inclusive_forward) - 0.4 * r)
 
 
 def _fitted_keys(runs: Sequence[PreparedRun]) -> list[tuple[str, float, float]]:
@@ -70,7 +86,7 @@ class Fit:
 
 
 def _log_ratios(values, keys, runs: Sequence[PreparedRun]) -> np.ndarray:
-    sets = hw_set_for(values, keys)
+    sets = hw_set_for(values, keys, runs[0].hardware.gpu)
     out = np.empty(len(runs))
     for i, p in enumerate(runs):
         try:
@@ -100,7 +116,7 @@ def fit(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] =
     weights = source_weights(runs)
     res = least_squares(lambda x: _log_ratios(x, keys, runs) * weights, x0, bounds=(lo, hi),
                         max_nfev=max_evals, diff_step=0.02, x_scale=hi - lo)
-    sets = tuple(hw_set_for(res.x, keys))
+    sets = tuple(hw_set_for(res.x, keys, runs[0].hardware.gpu))
     return Fit(hw_set=sets, comparisons=tuple(predict(p, sets) for p in runs), keys=tuple(keys), x=res.x,
                bounds=(lo, hi), residuals=res.fun / weights, jacobian=res.jac / weights[:, None])
 
