@@ -45,9 +45,11 @@ class GradSync:
                                          comm_size=ceil_div(params * self.plan.dtype_bytes, size))
         return out
 
-    def zero3_scatters(self, kind: str, deps: tuple[int, ...], label: str) -> None:
+    def zero3_scatters(self, kind: str, deps: tuple[int, ...], label: str) -> tuple[int, ...]:
+        """ZeRO-3: reduce-scatter this block's gradients (per group); the last node of each."""
         if self.plan.step_zero < 3:
-            return
+            return ()
+        out: list[int] = []
         for group in self.dp_groups:
             size, params = self.sizes[group], self.params[kind].of_group(group)
             if size > 1 and params:
@@ -55,6 +57,8 @@ class GradSync:
                                      collective="reduce_scatter", group=group, group_size=size,
                                      comm_size=params * self.plan.grad_bytes)
                 self.reductions.append(self.across_replicas(scatter, group, params, size, "zero3"))
+                out.append(self.reductions[-1])
+        return tuple(out)
 
     def across_replicas(self, scatter: int, group: str, params: int, size: int, stream: str) -> int:
         """With hybrid sharding, the all-reduce of a dense shard across the copies after its

@@ -35,7 +35,8 @@ the dependencies, so every simulator runs the same order:
   gradients on ``edp_cp``. ZeRO 1-2 all-gather the updated parameters per
   bucket after the optimizer.
 * **ZeRO-3** gathers each block's parameters before its forward and again
-  before its backward (prefetched while the previous block computes) and
+  before its backward (prefetched while the previous block computes, or, on a
+  stack without ``zero3_prefetch``, after it and its scatter finish) and
   reduce-scatters its gradients after its backward, every micro-batch.
 * **Optimizer**: one compute node after every gradient reduction.
 * **Kernels without FLOPs are not written** (the embedding gather): ASTRA-sim's
@@ -124,6 +125,7 @@ class _StageBuilder(GradSync):
         self.work, self.plan, self.stage = work, work.plan, stage
         bucket = (options.bucket if options and options.bucket else self.plan.framework.dp_bucket)
         self.options = ProgramOptions(bucket=bucket if self.plan.dp_overlap else "stage")
+        self.zero3_prefetch = self.plan.framework.zero3_prefetch  # else each gather waits for the block before
         arch = arch_of(work.model, self.plan)
         sym = symbol_values(work.model, self.plan)
         kinds = {k for c in work.chunks[stage] for k in c.blocks}
@@ -244,7 +246,7 @@ class _StageBuilder(GradSync):
         prefetch = entry
         for i, kind in enumerate(chunk_blocks(chunk)):
             blabel = f"{label}.{i}"
-            weights = self.zero3_gathers(kind, prefetch, blabel)
+            weights = self.zero3_gathers(kind, prefetch if self.zero3_prefetch else entry, blabel)
             prefetch = entry
             ops = self.ops[kind]
             entry = self.block(kind, ops.forward, ops.forward_exits, entry, blabel, weights).exits
@@ -257,9 +259,10 @@ class _StageBuilder(GradSync):
         prefetch = entry
         kinds = chunk_blocks(chunk)
         split = step.kind == "I"
+        synced: tuple[int, ...] = ()  # without prefetch: the previous block's scatters, which the gather waits for
         for i in reversed(range(len(kinds))):
             kind, blabel = kinds[i], f"{label}.{i}"
-            weights = self.zero3_gathers(kind, prefetch, blabel)
+            weights = self.zero3_gathers(kind, prefetch if self.zero3_prefetch else entry + synced, blabel)
             prefetch = entry
             ops = self.ops[kind]
             res = self.block(kind, ops.backward, ops.backward_exits, entry, blabel, weights,
@@ -268,7 +271,7 @@ class _StageBuilder(GradSync):
             if split:
                 self.w_inputs[(step.microbatch, step.chunk, i)] = res.produced
             else:
-                self.block_done(kind, chunk, i, res.done, blabel, last_grad)
+                synced = self.block_done(kind, chunk, i, res.done, blabel, last_grad)
         self.deliver(step, chunk, 1, entry, label)
         if last_grad and not split and self.options.bucket == "chunk":
             self.flush_bucket()
@@ -287,11 +290,14 @@ class _StageBuilder(GradSync):
         if last_grad and self.options.bucket == "chunk":
             self.flush_bucket()
 
-    def block_done(self, kind: str, chunk: Chunk, i: int, done: tuple[int, ...], label: str, last_grad: bool) -> None:
-        """A block's gradients are complete for this micro-batch: ZeRO-3 scatter, DP bucket after the last."""
-        self.zero3_scatters(kind, done, label)
+    def block_done(self, kind: str, chunk: Chunk, i: int, done: tuple[int, ...], label: str,
+                   last_grad: bool) -> tuple[int, ...]:
+        """A block's gradients are complete for this micro-batch: ZeRO-3 scatter (its node ids returned),
+        DP bucket after the last."""
+        scatters = self.zero3_scatters(kind, done, label)
         if last_grad:
             self.bucket_block(kind, f"{chunk.local}.{i}", done)
+        return scatters
 
     def run(self, step: Step, last_grad: bool) -> None:
         chunk = self.work.chunks[self.stage][step.chunk]
