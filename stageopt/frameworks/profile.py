@@ -56,8 +56,8 @@ class FrameworkProfile:
     gradients) until the last micro-batch's backward, as PyTorch's pipelining
     stages do for FSDP2 modules; ZeRO-3 then costs what ZeRO-1 does.
     ``selective_recompute`` is what the stack's selective checkpointing keeps:
-    ``attention`` (Megatron: only the attention core is re-run, nothing with a
-    fused flash kernel) or ``op`` (torchtitan's op-level policy: matmul outputs
+    ``attention`` (Megatron: only the attention core is re-run, a fused flash
+    kernel included) or ``op`` (torchtitan's op-level policy: matmul outputs
     are saved except every second one, attention and reduce-scatters are
     saved, everything else is re-run).
     ``grad_reduce_dtype`` is the dtype bf16 (and fp8) training accumulates and

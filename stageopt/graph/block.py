@@ -85,8 +85,8 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in fwd.ops]
         bwd_ops = [op for op in bwd_ops if "regather_of" not in op.attrs]
         saved = {x.uid: x}
-    elif layer and recompute == "selective" and (arch.attention == "eager" or arch.selective != "attention"):
-        region = selective_region(fwd.ops, arch.selective, arch.attention)
+    elif layer and recompute == "selective":
+        region = selective_region(fwd.ops, arch.selective)
         produced = {t.uid for op in region for t in op.outputs}
         if arch.selective != "op":
             # what the attention core hands to the rest of the layer stays saved (a plain checkpoint); the
@@ -114,12 +114,13 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
         wgrad=weight_gradient_ops(list(phases[1]), {t.uid for t in weight_grads}))
 
 
-def selective_region(ops, policy: str, attention: str = "eager") -> list:
+def selective_region(ops, policy: str) -> list:
     """The forward ops selective recompute re-runs under the stack's policy.
 
-    ``attention``: the attention core (Megatron-LM's selective recomputation).
-    ``modules:a+b``: Megatron-Core's named modules (:data:`RECOMPUTE_MODULE_OPS`);
-    ``core_attn`` re-runs an eager attention core only, as ``attention`` does.
+    ``attention``: the attention core (Megatron-LM's selective recomputation;
+    Megatron-Core checkpoints it whatever its kernel, a fused flash kernel
+    included: ``Attention._checkpointed_attention_forward``).
+    ``modules:a+b``: Megatron-Core's named modules (:data:`RECOMPUTE_MODULE_OPS`).
     ``op``: torchtitan's op-level policy: matmul outputs are kept except every
     second matmul's, attention outputs and reduce-scatters are kept, every
     other op (norms, activations, residual adds, rotary, all-gathers) re-runs.
@@ -127,7 +128,7 @@ def selective_region(ops, policy: str, attention: str = "eager") -> list:
     if policy == "attention":
         return [op for op in ops if op.region == "attn_core"]
     if policy.startswith("modules:"):
-        names = [n for n in policy.removeprefix("modules:").split("+") if n != "core_attn" or attention == "eager"]
+        names = policy.removeprefix("modules:").split("+")
         return [op for op in ops if any(RECOMPUTE_MODULE_OPS[n](op) for n in names)]
     region, matmuls = [], 0
     for op in ops:

@@ -22,12 +22,10 @@ its only meaning:
    shard: zero=0.
 6. Sequence parallelism and TP-communication overlap need TP: with tp=1, sp=off and
    tp_overlap=off (the plan already drops sp itself).
-7. With flash attention (the stack's, else the model's) and Megatron's meaning of
-   selective (the stack's ``selective_recompute: attention``), selective recompute has
-   nothing to drop (the score matrix is never stored): recompute=selective is none,
-   unless named modules are re-run (recompute_modules). torchtitan's op-level policy
-   re-runs matmuls and elementwise ops: not merged. recompute_modules means nothing
-   without selective recompute: recompute_modules is empty then.
+7. recompute_modules means nothing without selective recompute: recompute_modules is
+   empty then. (Selective recompute is never merged into none: Megatron-Core re-runs the
+   attention core even as a fused flash kernel, torchtitan re-runs matmuls and
+   elementwise ops.)
 8. With cp=1 there is no K/V to exchange: cp_comm=all_gather (the plan does it too);
    only the hierarchical mix (cp_comm=a2a+p2p) has an all-to-all part: cp_a2a=0 otherwise.
 9. Shared-expert overlap hides the dispatch under the shared experts; a model without
@@ -146,13 +144,8 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
     if tp == 1:
         v["sp"] = False if v["sp"] is not None else None
         v["tp_overlap"] = False if v["tp_overlap"] is not None else None
-    attention = framework.attention if framework.attention is not None else model.attention
-    modules = str(v.get("recompute_modules") or "")
-    if v["recompute"] != "selective" and modules:
+    if v["recompute"] != "selective" and v.get("recompute_modules"):
         v["recompute_modules"] = ""
-    if (attention == "flash" and framework.selective_recompute == "attention" and v["recompute"] == "selective"
-            and modules in ("", "core_attn")):
-        v["recompute"], v["recompute_modules"] = "none", ""
     if cp == 1:
         v["cp_comm"] = "all_gather"
     if v["cp_comm"] != "a2a+p2p":
