@@ -114,7 +114,9 @@ def message_delay_ns(link: Link, size: int) -> int:
 
 
 def reduction_delay_ns(size: int, local_mem_bw_gbps: float) -> int:
-    """Time to reduce a received message: one write and two reads at local memory bandwidth."""
+    """Time to reduce a received message: one write and two reads at local memory bandwidth (0: free)."""
+    if local_mem_bw_gbps <= 0:
+        return 0
     one = int(size / (local_mem_bw_gbps * 1e9) * 1e9)
     return 3 * one
 

@@ -133,6 +133,7 @@ def _load(path: os.PathLike | str, kind: str) -> Any:
 
 
 MAX_SPLITS = 1024  # chunks per collective: ASTRA-sim's configs use 1-64; replay work grows linearly with it
+MIN_RATE = 1e-3  # GB/s or TFLOP/s: below it a rate is a typo, and its nanoseconds overflow the replay's clock
 
 
 def _number(path: os.PathLike | str, key: str, value: Any, *, minimum: float, integer: bool = False,
@@ -210,6 +211,7 @@ def read_system_config(path: os.PathLike | str) -> SystemConfig:
                 raise ConfigError(f"{path}: {key!r} = {data[key]!r} must be > 0 with roofline-enabled = 1 (compute "
                                   "time divides by it); give the GPU's value or set roofline-enabled to 0")
     bw = _number(path, "local-mem-bw", data.get("local-mem-bw", 0), minimum=0)
+    _check_rates(path, bw, data["peak-perf"] if roofline else None)
     return SystemConfig(
         scheduling_policy=SchedulingPolicy(policy),
         endpoint_delay_ns=_number(path, "endpoint-delay", data.get("endpoint-delay", 10), minimum=0, integer=True),
@@ -228,6 +230,16 @@ def read_system_config(path: os.PathLike | str) -> SystemConfig:
         replay_only=_number(path, "replay-only", data.get("replay-only", 0), minimum=0) != 0,
         **impls,
     )
+
+
+def _check_rates(path: os.PathLike | str, local_mem_bw: float, peak_perf: float | None) -> None:
+    """Rates the replay divides by: 0 local memory bandwidth makes reductions free, a tiny one is a typo."""
+    if 0 < local_mem_bw < MIN_RATE:
+        raise ConfigError(f"{path}: 'local-mem-bw' = {shorten(local_mem_bw)} GB/s is below {MIN_RATE:g}: reductions "
+                          "would take longer than the replay's clock can count; give the GPU's value (GB/s) or 0")
+    if peak_perf is not None and peak_perf < MIN_RATE:
+        raise ConfigError(f"{path}: 'peak-perf' = {shorten(peak_perf)} TFLOP/s is below {MIN_RATE:g}; "
+                          "give the GPU's value")
 
 
 _NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
@@ -263,7 +275,8 @@ def read_network_config(path: os.PathLike | str) -> NetworkConfig:
         raise ConfigError(f"{path}: 'npus_count' {shorten(list(counts))} multiplies to {total:.3g} NPUs, above the "
                           f"bound {MAX_GPUS:.0e} (the largest clusters have ~10^6 GPUs); check for a typo")
     bandwidths = tuple(float(_number(path, "bandwidth", b, minimum=0)) for b in data["bandwidth"])
-    if any(b <= 0 for b in bandwidths):
-        raise ConfigError(f"{path}: 'bandwidth' values must be > 0 GB/s, got {shorten(list(bandwidths))}")
+    if any(b < MIN_RATE for b in bandwidths):
+        raise ConfigError(f"{path}: 'bandwidth' values must be at least {MIN_RATE:g} GB/s, got "
+                          f"{shorten(list(bandwidths))}")
     latencies = tuple(float(_number(path, "latency", x, minimum=0)) for x in data["latency"])
     return NetworkConfig(topology=tuple(topologies), npus_count=counts, bandwidth_gbps=bandwidths, latency_ns=latencies)

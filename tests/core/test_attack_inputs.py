@@ -402,3 +402,32 @@ def test_case_count() -> None:
     """The suite's size, reported in the project notes (issue 16)."""
     total = len(_cases()) + len(TRACE_CASES) + len(ARG_CASES)
     assert total > 300, total
+
+
+@pytest.mark.parametrize("reader_name, key, value", [
+    ("system-json", "local-mem-bw", 2.225073858507e-311),  # hypothesis found it: 1/x overflowed the replay's clock
+    ("network-yaml", "bandwidth", 1e-300),
+])
+def test_rates_too_small_to_time_are_refused_in_one_line(capsys, tmp_path, trace_set, reader_name, key, value) -> None:
+    reader = BY_NAME[reader_name]
+    doc = reader.base(trace_set)
+    doc[key] = [value] * len(doc[key]) if isinstance(doc[key], list) else value
+    target = tmp_path / f"f{reader.suffix}"
+    target.write_bytes(reader.dump(doc))
+    code, err = run_cli(capsys, reader.argv(target, trace_set, tmp_path))
+    _check_one_line_exit_2(code, err, key)
+    assert key in err
+
+
+def test_no_local_memory_bandwidth_makes_reductions_free(capsys, tmp_path, trace_set) -> None:
+    from stageopt.astrasim.collective_timing import reduction_delay_ns
+
+    assert reduction_delay_ns(1 << 20, 0.0) == 0
+    assert reduction_delay_ns(10**9, 1000.0) == 3 * 10**6  # 1 GB at 1,000 GB/s: 1 ms, three passes
+    reader = BY_NAME["system-json"]
+    doc = reader.base(trace_set)
+    doc["local-mem-bw"] = 0
+    target = tmp_path / "system.json"
+    target.write_bytes(reader.dump(doc))
+    code, err = run_cli(capsys, reader.argv(target, trace_set, tmp_path))
+    assert code == 0, err
