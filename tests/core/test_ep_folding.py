@@ -64,20 +64,28 @@ def test_the_folded_dispatch_runs_inside_one_node_in_every_backend(tmp_path: Pat
     """tp=2 x 4 replicas = 8 contiguous ranks: each all-to-all is priced on one NVLink node (stride 1), in
     the replay's program as in the analytical model, and the trace set validates."""
     work, hw = _work("tp=2 dp=4 ep=8 etp=1 sp=on mbs=1 gbs=8"), load_hardware("h100-sxm")
+    analytical = _dispatch_priced_on(work, hw, 8, 1, tmp_path)
+    replay = ReplaySimulator().evaluate(work, hw).time_breakdown_s["exposed_ep_comm"]
+    assert 0 < replay <= analytical * (1 + 1e-9)  # the replay may hide part under the other micro-batch's compute
+
+
+def _dispatch_priced_on(work, hw, size: int, stride: int, tmp_path: Path) -> float:
+    """Every EP all-to-all of the program costs ``collective_time`` over (size, stride); the analytical
+    model charges their sum (all exposed), which it returns; the plan's trace set validates."""
     program = build_programs(work, ProgramOptions())[0]
     durations = node_durations(program, work, hw)
     dispatches = [n for n in program.nodes if n.group == "ep"]
-    assert dispatches and all(durations[n.id] == pytest.approx(float(collective_time(hw, "all_to_all", n.comm_size, 8, 1)))
-                              for n in dispatches)
+    assert dispatches and all(
+        durations[n.id] == pytest.approx(float(collective_time(hw, "all_to_all", n.comm_size, size, stride)))
+        for n in dispatches)
     analytical = AnalyticalSimulator().evaluate(work, hw).time_breakdown_s["exposed_ep_comm"]
-    assert analytical == pytest.approx(sum(durations[n.id] for n in dispatches))  # all exposed, summed
-    replay = ReplaySimulator().evaluate(work, hw).time_breakdown_s["exposed_ep_comm"]
-    assert 0 < replay <= analytical * (1 + 1e-9)  # the replay may hide part under the other micro-batch's compute
+    assert analytical == pytest.approx(sum(durations[n.id] for n in dispatches))
     out = tmp_path / "set"
     assert main(["generate", "--model", "mixtral-8x7b", "--set", "layers=2", "--set", "seq=2048", "--set",
-                 "experts=32", "--plan", "tp=2 dp=4 ep=8 etp=1 sp=on gbs=8", "--hardware", "h100-sxm",
+                 "experts=32", "--plan", str(work.plan), "--hardware", hw.name,
                  "--out", str(out), "--progress", "off"]) == 0
     assert main(["validate-trace", str(out)]) == 0
+    return analytical
 
 
 def test_ep_folds_over_context_parallelism_as_megatron_core_builds_it(tmp_path: Path) -> None:
@@ -89,15 +97,4 @@ def test_ep_folds_over_context_parallelism_as_megatron_core_builds_it(tmp_path: 
     validate_plan(plan, load_model(*MODEL), 8)
     assert group_members(plan, "ep", 0) == [0, 2, 4, 6] and group_members(plan, "ep", 1) == [1, 3, 5, 7]
     assert plan.expert_dp_ranks == 1  # each TP pair's four CP ranks hold the 32 experts between them
-    work, hw = _work(text), load_hardware("h100-sxm")
-    program = build_programs(work, ProgramOptions())[0]
-    durations = node_durations(program, work, hw)
-    dispatches = [n for n in program.nodes if n.group == "ep"]
-    assert dispatches and all(durations[n.id] == pytest.approx(float(collective_time(hw, "all_to_all", n.comm_size, 4, 2)))
-                              for n in dispatches)
-    analytical = AnalyticalSimulator().evaluate(work, hw).time_breakdown_s["exposed_ep_comm"]
-    assert analytical == pytest.approx(sum(durations[n.id] for n in dispatches))
-    out = tmp_path / "set"
-    assert main(["generate", "--model", "mixtral-8x7b", "--set", "layers=2", "--set", "seq=2048", "--set",
-                 "experts=32", "--plan", text, "--hardware", "h100-sxm", "--out", str(out), "--progress", "off"]) == 0
-    assert main(["validate-trace", str(out)]) == 0
+    _dispatch_priced_on(_work(text), load_hardware("h100-sxm"), 4, 2, tmp_path)
