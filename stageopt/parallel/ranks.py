@@ -72,11 +72,6 @@ def expert_dp_group(plan: Plan) -> str:
     return "tp_edp_cp" if plan.expert_tp == 1 and plan.tp > 1 else "edp_cp"
 
 
-def axes_of(plan: Plan, kind: str) -> tuple[str, ...]:
-    """The coordinate axes of a ``kind`` group on this plan."""
-    return GROUP_AXES[kind]
-
-
 def coords_of(plan: Plan, rank: int) -> dict[str, int]:
     """Coordinates of a rank on every axis of both factorings (plus ``dp``)."""
     out: dict[str, int] = {}
@@ -100,13 +95,13 @@ def rank_of(plan: Plan, coords: dict[str, int], order: tuple[str, ...] = _DENSE_
 
 
 def group_size(plan: Plan, kind: str) -> int:
-    return int(np.prod([axis_degrees(plan)[a] for a in axes_of(plan, kind)]))
+    return int(np.prod([axis_degrees(plan)[a] for a in GROUP_AXES[kind]]))
 
 
 def group_members(plan: Plan, kind: str, rank: int) -> list[int]:
     """Ranks in the ``kind`` group that contains ``rank`` (ascending)."""
     base = coords_of(plan, rank)
-    axes = axes_of(plan, kind)
+    axes = GROUP_AXES[kind]
     members = [rank_of(plan, {**base, **dict(zip(axes, idx))}, _order(axes))
                for idx in np.ndindex(*[axis_degrees(plan)[a] for a in axes])]
     return sorted(members)
@@ -121,7 +116,7 @@ def all_groups(plan: Plan, kind: str) -> np.ndarray:
     if size == 1:
         return np.zeros((0, 1), dtype=np.int64)
     degs = axis_degrees(plan)
-    axes = axes_of(plan, kind)
+    axes = GROUP_AXES[kind]
     order = _order(axes)
     # grid[pp, dpr, dps, cp, cpa, tp] (or [pp, xdp, xep, etp]) holds the rank; move the group's axes last.
     shape = [degs[a] for a in reversed(order)]
@@ -144,7 +139,7 @@ def group_stride(plan: Plan, kind: str) -> int:
     by ``etp * ep``, an expert-parallel group by ``etp``.
     """
     stride = 1
-    axes = axes_of(plan, kind)
+    axes = GROUP_AXES[kind]
     degrees = axis_degrees(plan)
     for axis in _order(axes):
         if axis in axes and degrees[axis] > 1:
