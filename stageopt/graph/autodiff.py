@@ -6,7 +6,10 @@ gradient of a conversion is converted back (all-gather <-> reduce-scatter,
 all-reduce <-> identity, all-to-all <-> all-to-all). A forward tensor that
 backward reads is *saved*; when it was produced by an all-gather, the shard is
 saved instead and the all-gather is re-run in backward (as Megatron does for
-sequence parallelism), so activation memory stays sharded.
+sequence parallelism), so activation memory stays sharded. Each saved tensor
+records who reads it: an FP8-capable weight-gradient GEMM (which, in FP8
+training, keeps only the FP8 copy of its input) or anything else (which needs
+the high-precision tensor).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class Backward:
     weight_grads: dict[int, Tensor]
     saved: dict[int, Tensor] = field(default_factory=dict)
     regathers: list[Op] = field(default_factory=list)
+    fp8_reads: frozenset[int] = frozenset()  # saved uids an FP8-capable weight-gradient GEMM reads
+    high_reads: frozenset[int] = frozenset()  # saved uids some other backward op reads
 
 
 class _Differentiator:
@@ -38,12 +43,17 @@ class _Differentiator:
         self.saved: dict[int, Tensor] = {}
         self.regathers: list[Op] = []
         self.weight_grads: dict[int, Tensor] = {}
+        self.fp8_reads: set[int] = set()
+        self.high_reads: set[int] = set()
 
-    def fetch(self, t: Tensor) -> Tensor:
-        """A forward tensor read by backward: saved, or re-gathered from its saved shard."""
+    def fetch(self, t: Tensor, fp8_wgrad: bool = False) -> Tensor:
+        """A forward tensor read by backward: saved, or re-gathered from its saved shard.
+
+        ``fp8_wgrad``: the reader is an FP8-capable weight-gradient GEMM.
+        """
         op = self.fwd.producer.get(t.uid)
         if op is not None and op.kind == "comm" and op.collective.kind == "all_gather":
-            source = self.fetch(op.inputs[0])
+            source = self.fetch(op.inputs[0], fp8_wgrad)
             before = len(self.bwd.ops)
             gathered = self.bwd.convert(source, t.layout)
             for new in self.bwd.ops[before:]:
@@ -52,6 +62,7 @@ class _Differentiator:
             return gathered
         if t.role != "weight":
             self.saved[t.uid] = t
+            (self.fp8_reads if fp8_wgrad else self.high_reads).add(t.uid)
         return t
 
     def add_grad(self, t: Tensor, g: Tensor) -> None:
@@ -93,9 +104,9 @@ class _Differentiator:
         for i, x in enumerate(op.inputs):
             if x.role == "input":
                 continue
-            others = [self.fetch(y) for j, y in enumerate(op.inputs) if j != i]
-            spec = ",".join([out] + [ins[j] for j in range(len(ins)) if j != i]) + "->" + ins[i]
             precision = 0 if op.attrs.get("precision", 0) == 0 else (2 if x.role == "weight" else 1)
+            others = [self.fetch(y, fp8_wgrad=precision == 2) for j, y in enumerate(op.inputs) if j != i]
+            spec = ",".join([out] + [ins[j] for j in range(len(ins)) if j != i]) + "->" + ins[i]
             tag = op.attrs.get("gemm_group")
             extra = {"gemm_group": f"{tag}/{'wgrad' if x.role == 'weight' else 'dgrad'}"} if tag else None
             g = self.bwd.einsum(f"d{x.name}", spec, (gout, *others), out_dtype=x.dtype_bytes,
@@ -181,7 +192,8 @@ def differentiate(fwd: GraphBuilder, output: Tensor, output_grad: Tensor | None,
         if input_grad is not None:
             input_grad = d.bwd.convert(input_grad, block_input.layout)
     return Backward(ops=d.bwd.ops, input_grad=input_grad, weight_grads=d.weight_grads,
-                    saved=d.saved, regathers=d.regathers)
+                    saved=d.saved, regathers=d.regathers, fp8_reads=frozenset(d.fp8_reads),
+                    high_reads=frozenset(d.high_reads))
 
 
 def complete(layout: Layout) -> Layout:

@@ -36,6 +36,10 @@ class BlockGraph:
     input: Tensor | None
     output: Tensor
     wgrad: tuple[bool, ...] = ()  # aligned with bwd: the op computes weight gradients only (a W pass)
+    # FP8 training (Transformer Engine): an FP8 GEMM's weight gradient keeps only the FP8 (1-byte) copy of
+    # its input; ``fp8_saved`` are the saved uids with such a copy, ``fp8_only`` those kept in no other form
+    fp8_saved: frozenset[int] = frozenset()
+    fp8_only: frozenset[int] = frozenset()
 
     def w_ops(self) -> tuple[Op, ...]:
         return tuple(op for op, w in zip(self.bwd, self.wgrad) if w)
@@ -78,6 +82,7 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
             if t.role == "weight":
                 weights.setdefault(t.uid, t)
     saved = dict(back.saved)
+    high_reads = set(back.high_reads)  # saved uids some op needs in high precision
     bwd_ops = list(back.bwd_ops if hasattr(back, "bwd_ops") else back.ops)
     recompute_ops: list[Op] = []
     layer = is_layer(kind)
@@ -85,6 +90,7 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
         recompute_ops = [dataclasses.replace(op, phase="recompute") for op in fwd.ops]
         bwd_ops = [op for op in bwd_ops if "regather_of" not in op.attrs]
         saved = {x.uid: x}
+        high_reads.add(x.uid)
     elif layer and recompute == "selective":
         region = selective_region(fwd.ops, arch.selective)
         produced = {t.uid for op in region for t in op.outputs}
@@ -102,16 +108,20 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
             for t in op.inputs:
                 if t.uid not in produced and t.role != "weight":
                     saved[t.uid] = _unconverted(fwd, t)
+                    high_reads.add(saved[t.uid].uid)  # the recomputed forward reads it
     phases = _fused((tuple(fwd.ops), tuple(bwd_ops), tuple(recompute_ops)), arch, keep={
         y.uid, *(t.uid for t in saved.values()), *(g.uid for g in back.weight_grads.values()),
         *((back.input_grad.uid,) if back.input_grad is not None else ())})
     weight_grads = tuple(back.weight_grads[uid] for uid in weights)
+    saved = {t.uid: t for t in saved.values()}
+    fp8_saved = frozenset(uid for uid in saved if uid in back.fp8_reads)
     return BlockGraph(
         kind=kind, fwd=phases[0], bwd=phases[1], recompute=phases[2],
         weights=tuple(weights.values()), weight_grads=weight_grads,
-        saved=tuple({t.uid: t for t in saved.values()}.values()),
+        saved=tuple(saved.values()),
         working_set=tuple(back.saved.values()), input=x, output=y,
-        wgrad=weight_gradient_ops(list(phases[1]), {t.uid for t in weight_grads}))
+        wgrad=weight_gradient_ops(list(phases[1]), {t.uid for t in weight_grads}),
+        fp8_saved=fp8_saved, fp8_only=frozenset(fp8_saved - high_reads))
 
 
 def selective_region(ops, policy: str) -> list:

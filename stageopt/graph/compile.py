@@ -61,6 +61,17 @@ def _phase_ops(graph: BlockGraph, phase: str) -> tuple[Op, ...]:
     return {"fwd": graph.fwd, "bwd": graph.bwd, "recompute": graph.recompute}[phase]
 
 
+def saved_bytes_key(dtype: str) -> str:
+    """The aggregate holding a block's saved activations for a plan computing in ``dtype``.
+
+    FP8 training saves each FP8 GEMM's input as its 1-byte FP8 copy (Transformer
+    Engine's Linear and GroupedLinear keep the quantized input, column-wise, for
+    the weight gradient); a tensor another backward op also reads keeps its
+    high-precision form beside it.
+    """
+    return "saved_bytes_fp8" if dtype == "fp8" else "saved_bytes"
+
+
 def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[CollectiveSpec]]:
     exprs: dict[str, sp.Expr] = {}
     colls: list[CollectiveSpec] = []
@@ -90,6 +101,8 @@ def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[Colle
             names += [f"{key}_in", f"{key}_out"]
     acts = [t for t in graph.saved if t.role != "logits"]
     exprs["saved_bytes"] = _sum([t.local_bytes() for t in acts])
+    exprs["saved_bytes_fp8"] = _sum([(0 if t.uid in graph.fp8_only else t.local_bytes())
+                                     + (t.local_numel() if t.uid in graph.fp8_saved else 0) for t in acts])
     exprs["logits_bytes"] = _sum([t.local_bytes() for t in graph.saved if t.role == "logits"])
     exprs["working_bytes"] = _sum([t.local_bytes() for t in graph.working_set if t.role != "logits"])
     exprs["boundary_bytes"] = graph.output.local_bytes() if graph.kind not in HEAD_KINDS else sp.Integer(0)

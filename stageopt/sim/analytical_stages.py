@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stageopt.graph.compile import saved_bytes_key
 from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.plan import Plan
 
@@ -54,7 +55,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     gradients = sharded(zero >= 2) * proto.grad_bytes
     optimizer = sharded(zero >= 1) * proto.optimizer_bytes
     held, head_held = in_flight(c, m, s)
-    saved = sum(n * cost[k]["agg"]["saved_bytes"] for k, n in comp.items() if k in cost)
+    saved = sum(n * cost[k]["agg"][saved_bytes_key(proto.dtype)] for k, n in comp.items() if k in cost)
     activations = held * saved
     logits = sum(comp[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS if k in comp) * head_held
     other = logits

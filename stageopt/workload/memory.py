@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stageopt.graph.compile import saved_bytes_key
 from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
 from stageopt.workload.sharding import Workload
@@ -72,7 +73,7 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_bytes
     optimizer = sharded(dense, expert, plan.step_zero >= 1) * plan.optimizer_bytes
     order = stage_order(plan, stage)
-    per_chunk = {c.local: work.chunk_sum(c, "saved_bytes") for c in work.chunks[stage]}
+    per_chunk = {c.local: work.chunk_sum(c, saved_bytes_key(plan.dtype)) for c in work.chunks[stage]}
     held = {c.local: work.chunk_sum(c, "wgrad_held_bytes") for c in work.chunks[stage]}
     activations = peak_in_flight(order, per_chunk, held)
     other = 0.0
