@@ -2,7 +2,9 @@
 
 Prints, per source, the rows simulated, MAPE and mean signed error (positive:
 predicted faster than measured); overall figures; rank correlation and top-1
-regret within each family of plans; and the rows that cannot be expressed yet.
+regret within each family of plans; the published runs whose predicted memory
+exceeds the GPU (they ran, so each is a memory-model miss a search would act
+on: it would discard that plan); and the rows that cannot be expressed yet.
 Writes results.csv (one line per row) and parity.png beside this script.
 
 Run: python experiments/validation/run_validation.py [published_runs.csv]
@@ -24,11 +26,11 @@ def write_results(comps, path: Path) -> None:
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["id", "source", "family", "metric", "measured", "predicted", "error_pct", "plan", "framework",
-                      "hardware"])
+                      "hardware", "free_gib"])
         for c in comps:
             r = c.run
             out.writerow([r.id, r.source, r.family, r.metric, r.value, f"{c.predicted:.4g}", f"{100 * c.error:+.1f}",
-                          r.plan, r.framework, r.hardware])
+                          r.plan, r.framework, r.hardware, f"{c.free_gib:.1f}"])
 
 
 def parity_plot(comps, path: Path) -> None:
@@ -64,6 +66,10 @@ def main() -> None:
     print(f"\n{'family':<32} {'runs':>4} {'rho':>6} {'top-1 regret':>13}")
     for name, (n, rho, regret) in sorted(family_ranking(comps).items()):
         print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
+    misses = [c for c in comps if c.free_gib < 0]
+    print(f"\n{len(misses)} of {len(comps)} published runs predicted not to fit their GPU's memory:")
+    for c in sorted(misses, key=lambda c: c.free_gib):
+        print(f"  {c.run.id:<44} over by {-c.free_gib:6.1f} GiB")
     print(f"\n{len(refused)} of {len(runs)} rows not expressible yet:")
     reasons: dict[str, int] = {}
     for _, why in refused:

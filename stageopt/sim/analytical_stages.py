@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
+from stageopt.workload.memory import zero3_gathered_layers
 from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.plan import Plan
 
@@ -65,7 +66,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
                                            for k in layer_kinds])
     biggest = np.maximum.reduce([np.where(comp[k] > 0, cost[k]["agg"]["local_dense"] + cost[k]["agg"]["local_expert"], 0)
                                  for k in layer_kinds])
-    other = other + np.where(zero >= 3, 2 * biggest * proto.dtype_bytes, 0)
+    other = other + np.where(zero >= 3, zero3_gathered_layers(proto) * biggest * proto.dtype_bytes, 0)
     total = weights + gradients + optimizer + activations + other
     return {"weights": weights, "gradients": gradients, "optimizer": optimizer,
             "activations": activations, "other": other, "total": total, "logits": logits}

@@ -21,6 +21,7 @@ from scipy.stats import spearmanr
 
 from stageopt.errors import StageoptError
 from stageopt.hardware import Hardware, apply_hw_overrides
+from stageopt.hardware.headroom import memory_fit
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.run import hardware_for, workload_for
 from stageopt.workload import Workload
@@ -37,6 +38,7 @@ class Comparison:
     predicted: float
     iteration_time_s: float
     tokens_per_iteration: float = 0.0  # global batch x sequence: turns a time into a throughput
+    free_gib: float = 0.0  # HBM left per GPU at the predicted peak (negative: the published run "does not fit")
 
     @property
     def throughput_ratio(self) -> float:
@@ -81,8 +83,10 @@ def predict(run: PublishedRun | PreparedRun, hw_set: Sequence[str] = ()) -> Comp
     else:
         tflops = source_flops(work.model, work.plan.gbs, run.flops_formula) / (t * run.gpus) / 1e12
         value = tflops if run.metric == "tflops_per_gpu" else 100 * est.mfu * tflops / est.model_tflops_per_gpu
+    gpu = prepared.hardware.gpu
+    fit = memory_fit(est.peak_memory_gib, gpu.hbm_gib, gpu.memory_reserve_gib())
     return Comparison(run=run, measured=run.value, predicted=value, iteration_time_s=t,
-                      tokens_per_iteration=float(work.plan.gbs * work.model.seq))
+                      tokens_per_iteration=float(work.plan.gbs * work.model.seq), free_gib=fit["free_gib"])
 
 
 def predict_all(runs: Iterable[PublishedRun], hw_set_by_hardware: dict[str, Sequence[str]] | None = None

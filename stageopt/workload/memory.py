@@ -61,6 +61,12 @@ def shard_degrees(work: Workload) -> tuple[int, int]:
     return plan.shard_dp * plan.cp, plan.expert_dp_ranks
 
 
+def zero3_gathered_layers(plan) -> int:
+    """Layers whose ZeRO-3 parameters are gathered at once: the current one, plus the next where the
+    stack prefetches it (FSDP, Megatron-FSDP); DeepSpeed of 2021 gathered one block at a time."""
+    return 2 if plan.framework.zero3_prefetch else 1
+
+
 def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     plan = work.plan
     dense, expert = stage_params(work, stage)
@@ -87,7 +93,7 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     if plan.step_zero >= 3:
         layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         biggest = max((work.value(k, "local_dense") + work.value(k, "local_expert") for k in layer_kinds), default=0.0)
-        other += 2 * biggest * plan.dtype_bytes  # current + prefetched layer, gathered
+        other += zero3_gathered_layers(plan) * biggest * plan.dtype_bytes
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer,
                            activations=activations, other=other)
 

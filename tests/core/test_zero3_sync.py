@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from stageopt.frameworks.catalog import PROFILES_DIR
 from stageopt.hardware import load_hardware
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
@@ -42,3 +43,17 @@ def test_prefetching_stacks_hide_what_the_synchronous_one_exposes() -> None:
     assert hidden < 0.1 * exposed
     assert times["megatron-deepspeed-2021"].time_breakdown_s["compute"] == pytest.approx(
         times["megatron-deepspeed"].time_breakdown_s["compute"])
+
+
+
+def test_gathered_parameter_buffer_holds_one_block_without_prefetch(tmp_path) -> None:
+    """A stack that prefetches holds the current and the next block's gathered parameters; DeepSpeed of
+    2021 gathered one block at a time. The difference is one GPT-3 block: 12 h^2 + 13 h parameters, 2 bytes."""
+    profile = (PROFILES_DIR / "megatron-deepspeed-2021.yaml").read_text()
+    prefetching = tmp_path / "prefetching.yaml"
+    prefetching.write_text(profile.replace("zero3_prefetch: false", "zero3_prefetch: true"))
+    hw = load_hardware("a100-80g")
+    one, two = (AnalyticalSimulator().evaluate(_work(str(f)), hw).memory_breakdown_gib["other"] * 2**30
+                for f in ("megatron-deepspeed-2021", prefetching))
+    h = load_model("gpt3-175b").hidden
+    assert two - one == pytest.approx((12 * h * h + 13 * h) * 2, rel=1e-6)
