@@ -86,6 +86,9 @@ class Gpu:
     exp_tops: float | None = field(default=None, metadata=bounds(
         gt=0, doc="exponentials per second (1e12) the special-function units compute: the softmax inside "
                   "flash attention; null: not priced"))
+    host_link_gbps: float | None = field(default=None, metadata=bounds(
+        gt=0, doc="GPU-to-host copy bandwidth per GPU per direction, GB/s (PCIe, NVLink-C2C): activation "
+                  "offloading moves saved tensors over it; null: unknown, offloading refused"))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -112,6 +115,14 @@ class Gpu:
         if self.exp_tops is None:
             return np.zeros_like(np.asarray(exps, dtype=float))
         return np.asarray(exps, dtype=float) / (self.exp_tops * self.clock_fraction() * 1e12)
+
+    def host_copy_seconds(self, nbytes):
+        """Seconds to copy ``nbytes`` between this GPU's memory and the host's, one direction."""
+        if self.host_link_gbps is None:
+            raise ConfigError(f"gpu {self.name} has no host_link_gbps (GPU-to-host copy bandwidth, GB/s per "
+                              "direction), which activation offloading needs; set it, e.g. "
+                              "--hw-set gpu.host_link_gbps=64 for PCIe Gen5 x16")
+        return np.asarray(nbytes, dtype=float) / (self.host_link_gbps * 1e9)
 
     def memory_reserve_gib(self) -> float:
         """HBM kept free for what is not the plan's tensors (see :mod:`stageopt.hardware.headroom`)."""

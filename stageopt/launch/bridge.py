@@ -104,6 +104,9 @@ def _recompute(plan: Plan) -> dict[str, object]:
     out: dict[str, object] = {"model.recompute_granularity": "selective" if plan.recompute == "selective" else None}
     if plan.recompute_modules:
         out["model.recompute_modules"] = plan.recompute_modules.split("+")
+    if plan.offload_layers:  # activations only, as Megatron-Bridge's GB200 Llama 3 70B preset sets it
+        out.update({"model.cpu_offloading": True, "model.cpu_offloading_num_layers": plan.offload_layers,
+                    "model.cpu_offloading_weights": False})
     return out
 
 

@@ -115,6 +115,8 @@ def _data_parallel(plan: Plan) -> list[Flag]:
 
 
 def _memory(plan: Plan) -> list[Flag]:
+    if plan.offload_layers:  # the plan checks leave recompute=none here
+        return [("--cpu-offloading", None), ("--cpu-offloading-num-layers", str(plan.offload_layers))]
     if plan.recompute == "selective":
         modules = [("--recompute-modules", plan.recompute_modules.replace("+", " "))] if plan.recompute_modules else []
         return [("--recompute-granularity", "selective"), *modules]

@@ -72,6 +72,9 @@ def _check(plan: Plan) -> None:
                      "export the plan with zero=2 or zero=3 (FSDP2), or zero=0 (DDP)")
     if plan.dtype == "fp16":
         raise refuse("torchtitan", "torchtitan trains in bf16 or fp32, not fp16", "export with dtype=bf16")
+    if plan.offload_layers:
+        raise refuse("torchtitan", "torchtitan has no per-layer activation offloading (Megatron-Core's)",
+                     "export with offload_layers=0, or to Megatron-LM or Megatron-Bridge")
 
 
 def _training(model: ModelSpec, plan: Plan) -> dict[str, Any]:

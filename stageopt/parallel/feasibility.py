@@ -36,18 +36,7 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
         if plan.cp > 1:
             raise InfeasiblePlan(f"plan: cp={plan.cp} on {model.name}: context parallelism across Mamba-2 layers "
                                  "(a sequential state) is not modelled; set cp=1")
-    if model.is_moe:
-        _divides(plan.tp, "tp", model.expert_ffn, "expert_ffn")
-        _divides(plan.ep, "ep", model.experts, "experts")
-        stage_ranks = plan.tp * plan.cp * plan.dp
-        if stage_ranks % (plan.expert_tp * plan.ep):
-            raise InfeasiblePlan(
-                f"plan: ep={plan.ep} x etp={plan.expert_tp} does not divide a stage's tp={plan.tp} x cp={plan.cp} "
-                f"x dp={plan.dp} = {stage_ranks} ranks, which expert layers take as etp x ep x expert-DP "
-                f"(Megatron-Core's folding); pick ep dividing {stage_ranks // plan.expert_tp}"
-                + ("" if plan.expert_tp == 1 else ", or etp=1"))
-    elif plan.ep > 1:
-        raise InfeasiblePlan(f"plan: ep={plan.ep} on dense model {model.name}; set ep=1")
+    _check_experts(plan, model)
     seq_split = plan.cp * (plan.tp if plan.sp else 1) * (2 if plan.cp > 1 else 1)
     if model.seq % seq_split:
         why = "2*cp*tp (load-balanced CP with SP)" if plan.sp else "2*cp (load-balanced CP)"
@@ -56,6 +45,7 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
         raise InfeasiblePlan(f"plan: seq={model.seq} is not divisible by {why} = {seq_split}; "
                              "change cp/tp or the sequence length")
     model_stages(plan, model.layers, model.mtp_layers)  # raises for a split Megatron-Core would reject
+    _check_offload(plan, model)
     if plan.gbs % (plan.mbs * plan.dp):
         raise InfeasiblePlan(
             f"plan: gbs={plan.gbs} is not divisible by mbs*dp = {plan.mbs}*{plan.dp} = {plan.mbs * plan.dp}; "
@@ -69,6 +59,28 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     if plan.zero > 0 and plan.dp * plan.cp == 1:
         raise InfeasiblePlan(f"plan: zero={plan.zero} shards over data and context parallelism, but "
                              f"dp={plan.dp} cp={plan.cp}; set zero=0 or raise dp")
+
+
+def _check_experts(plan: Plan, model: ModelSpec) -> None:
+    if not model.is_moe:
+        if plan.ep > 1:
+            raise InfeasiblePlan(f"plan: ep={plan.ep} on dense model {model.name}; set ep=1")
+        return
+    _divides(plan.tp, "tp", model.expert_ffn, "expert_ffn")
+    _divides(plan.ep, "ep", model.experts, "experts")
+    stage_ranks = plan.tp * plan.cp * plan.dp
+    if stage_ranks % (plan.expert_tp * plan.ep):
+        raise InfeasiblePlan(
+            f"plan: ep={plan.ep} x etp={plan.expert_tp} does not divide a stage's tp={plan.tp} x cp={plan.cp} "
+            f"x dp={plan.dp} = {stage_ranks} ranks, which expert layers take as etp x ep x expert-DP "
+            f"(Megatron-Core's folding); pick ep dividing {stage_ranks // plan.expert_tp}"
+            + ("" if plan.expert_tp == 1 else ", or etp=1"))
+
+
+def _check_offload(plan: Plan, model: ModelSpec) -> None:
+    if plan.offload_layers >= model.layers:
+        raise InfeasiblePlan(f"plan: offload_layers={plan.offload_layers} on {model.name}, which has {model.layers} "
+                             f"layers; offload at most {model.layers - 1} (Megatron-Core's bound)")
 
 
 def _check_schedule(plan: Plan) -> None:

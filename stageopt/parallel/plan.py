@@ -17,8 +17,8 @@ from stageopt.frameworks import FrameworkProfile, load_profile
 from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields, check_dispatcher,
-                                           check_expert_tp, check_pipeline_fields, check_recompute_modules,
-                                           check_sharding)
+                                           check_expert_tp, check_offload, check_pipeline_fields,
+                                           check_recompute_modules, check_sharding)
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
@@ -73,6 +73,13 @@ class Plan:
     ``layernorm``, ``mlp`` (dense MLPs), ``moe``, ``moe_act``, ``shared_experts``.
     Empty: the stack's own selective policy.
 
+    ``offload_layers`` (Megatron-Core's ``--cpu-offloading-num-layers``): the
+    saved activations of the first that many decoder layers are copied to host
+    memory during forward and back before their backward, each copy overlapped
+    with the next layer's compute (Transformer Engine's offload handler).
+    Megatron-Core allows it only without pipeline parallelism and without
+    recompute; the host link is the hardware's ``gpu.host_link_gbps``.
+
     ``adam_moments=bf16`` keeps Adam's two moments in bf16 (Megatron-Core's precision-aware
     optimizer, ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``): 8 bytes of optimizer state per
     parameter instead of 12.
@@ -118,6 +125,7 @@ class Plan:
     dispatcher: str | None = None
     recompute_modules: str = ""
     adam_moments: str = "fp32"
+    offload_layers: int = 0
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -150,6 +158,7 @@ class Plan:
         check_expert_tp(self)
         check_dispatcher(self)
         check_recompute_modules(self)
+        check_offload(self)
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
 
@@ -270,7 +279,8 @@ class Plan:
                  f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
                  f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else "",
                  f"recompute_modules={self.recompute_modules}" if self.recompute_modules else "",
-                 f"adam_moments={self.adam_moments}" if self.adam_moments != "fp32" else ""]
+                 f"adam_moments={self.adam_moments}" if self.adam_moments != "fp32" else "",
+                 f"offload_layers={self.offload_layers}" if self.offload_layers else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod
@@ -314,7 +324,7 @@ def _within_bound(name: str, value: int) -> None:
 
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
-               "etp", "cp_a2a")
+               "etp", "cp_a2a", "offload_layers")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)
@@ -326,7 +336,7 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "moe_shared_expert_overlap": "moe_overlap",
             "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
             "data_parallel_shard_degree": "dp_shard",  # torchtitan's name
-            "expert_tensor_parallel_size": "etp"}
+            "expert_tensor_parallel_size": "etp", "cpu_offloading_num_layers": "offload_layers"}
 
 
 def parse_plan_fields(text: str) -> dict[str, object]:

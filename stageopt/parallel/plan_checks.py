@@ -121,3 +121,16 @@ def check_recompute_modules(plan) -> None:
         raise InfeasiblePlan(f"plan: recompute_modules is Megatron-Core's; framework {plan.framework.name} "
                              "recomputes by its own policy, so drop recompute_modules")
     object.__setattr__(plan, "recompute_modules", "+".join(m for m in RECOMPUTE_MODULES if m in names))
+
+
+def check_offload(plan) -> None:
+    """Activation offloading as Megatron-Core accepts it: pp 1, no recompute."""
+    n = plan.offload_layers
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise InfeasiblePlan(f"plan field 'offload_layers' must be a whole number >= 0, got {shorten(n)}")
+    if n and plan.pp > 1:
+        raise InfeasiblePlan(f"plan: offload_layers={n} with pp={plan.pp}; Megatron-Core offloads activations "
+                             "only without pipeline parallelism: set pp=1 or offload_layers=0")
+    if n and plan.recompute != "none":
+        raise InfeasiblePlan(f"plan: offload_layers={n} with recompute={plan.recompute}; Megatron-Core does not "
+                             "offload activations under recompute: set recompute=none or offload_layers=0")

@@ -339,4 +339,8 @@ def build_stage_program(work: Workload, stage: int, options: ProgramOptions | No
 
 
 def build_programs(work: Workload, options: ProgramOptions | None = None) -> list[StageProgram]:
+    """The per-stage programs (traces, replay, ASTRA-sim); activation offloading has no nodes in them yet."""
+    if work.plan.offload_layers:
+        raise ConfigError(f"plan: offload_layers={work.plan.offload_layers} is priced by the analytical backend "
+                          "only (its host copies are not in traces yet); use --backend analytical")
     return [build_stage_program(work, s, options) for s in range(work.stages)]

@@ -37,7 +37,7 @@ from stageopt.sim.analytical_batch import evaluate_plans
 MAX_ENUMERATE = 2_000_000  # combinations scored exactly; larger spaces are sampled
 SAMPLE = 200_000  # combinations scored when the space is larger
 EVAL_CHUNK = 8192  # plans per vectorized call (progress granularity)
-BREAKDOWN = ("t_compute", "t_tp", "t_cp", "t_ep", "t_p2p", "t_bubble", "t_dp", "t_optimizer")
+BREAKDOWN = ("t_compute", "t_tp", "t_cp", "t_ep", "t_p2p", "t_bubble", "t_dp", "t_optimizer", "t_offload")
 
 
 @dataclass

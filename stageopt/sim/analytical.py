@@ -28,6 +28,7 @@ def estimate_from_row(result: dict, i: int, hw: Hardware, backend: str = "analyt
         "pipeline_bubble": float(result["t_bubble"][i]),
         "exposed_dp_comm": float(result["t_dp"][i]),
         "optimizer": float(result["t_optimizer"][i]),
+        "activation_offload": float(result["t_offload"][i]),
     }
     times["exposed_comm"] = (times["exposed_tp_comm"] + times["exposed_cp_comm"] + times["exposed_ep_comm"]
                              + times["exposed_dp_comm"] + times["pipeline_p2p"])

@@ -33,9 +33,11 @@ from stageopt.sim.analytical_pipeline import stage_column, stage_tables
 from stageopt.sim.analytical_schedules import apply_split_schedules
 from stageopt.sim.analytical_stages import stage_memory, stage_time_parts
 from stageopt.sim.analytical_tail import stage_tail, zero3_exposed
+from stageopt.graph.compile import saved_bytes_key
 from stageopt.workload.memory import GIB
+from stageopt.workload.offload import exposed_copy_seconds, offloaded_bytes, offloaded_layer_counts
 
-FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero")
+FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero", "offload_layers")
 SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6}
 
 
@@ -79,16 +81,34 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], cost: dict, 
     t_p2p = pipeline_message_time(hw, proto, boundary, c["tp"], c["tp"] * c["cp"] * c["dp"])
     stages = []
     c["t_p2p"] = t_p2p
+    offload, parts_offload = _offload(model, hw, proto, cost, c)
     for s in range(tables["valid"].shape[1]):
         comp = stage_column(tables, s)
         valid = tables["valid"][:, s]
         parts = stage_time_parts(cost, comp, t_p2p, c)
         tail = stage_tail(hw, proto, cost, comp, c, m)
         parts["zero3"] = zero3_exposed(tail, parts["compute"], proto.framework.zero3_prefetch)
-        parts["time"] = sum(parts[k] for k in ("compute", "tp", "cp", "ep", "p2p", "zero3"))
-        mem = stage_memory(proto, cost, comp, c, m, s)
+        parts["offload"] = parts_offload  # pp = 1 wherever it is not zero
+        parts["time"] = sum(parts[k] for k in ("compute", "tp", "cp", "ep", "p2p", "zero3", "offload"))
+        mem = stage_memory(proto, cost, comp, c, m, s, offload)
         stages.append({"parts": parts, "tail": tail, "mem": mem, "valid": valid})
     return stages
+
+
+def _offload(model: ModelSpec, hw: Hardware, proto: Plan, cost: dict, c: dict
+             ) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Activation offloading per plan: (bytes offloaded per micro-batch, bytes in flight) and its exposed
+    copy seconds per micro-batch (:mod:`stageopt.workload.offload`); zeros where a plan offloads nothing."""
+    n = c["offload_layers"]
+    zeros = np.zeros(len(n))
+    if not np.any(n):
+        return (zeros, zeros), zeros
+    counts = offloaded_layer_counts(model, n)
+    key = saved_bytes_key(proto.dtype)
+    saved = {k: cost[k]["agg"][key] for k in counts}
+    exposed = exposed_copy_seconds(hw.gpu, counts, saved, {k: cost[k]["fwd"] for k in counts},
+                                   {k: cost[k]["bwd"] for k in counts})
+    return offloaded_bytes(counts, saved), exposed + zeros
 
 
 def _pick(stages: list[dict], index: np.ndarray, getter) -> np.ndarray:
@@ -109,7 +129,8 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     crit = t_stage.argmax(axis=0)
     pipe = m * t_max + (pp - 1) / vpp * t_stage.sum(axis=0) / pp
     busy = m * t_max
-    out = {key: runs * _pick(stages, crit, lambda st: st["parts"][key]) for key in ("compute", "tp", "cp", "ep", "p2p")}
+    out = {key: runs * _pick(stages, crit, lambda st: st["parts"][key])
+           for key in ("compute", "tp", "cp", "ep", "p2p", "offload")}
     out = {f"t_{k}": np.array(v, dtype=float) for k, v in out.items()}
     apply_split_schedules(model, plans, cost, c, c.pop("t_p2p"), stages, pipe, busy, out)
     tails = np.stack([np.where(st["valid"], st["tail"]["dp"] + st["tail"]["optimizer"], 0.0) for st in stages])

@@ -45,7 +45,10 @@ def in_flight(c: dict, m: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
     return held, head_held
 
 
-def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s: int) -> dict[str, np.ndarray]:
+def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s: int,
+                 offload: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Per-rank memory parts of stage ``s``; ``offload`` is (bytes a micro-batch offloads to the host, bytes
+    of the offloaded layer in flight) per plan (:mod:`stageopt.workload.offload`)."""
     dense, expert = stage_params(cost, comp, c)
     zero = c["zero"]
 
@@ -57,7 +60,8 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     optimizer = sharded(zero >= 1) * proto.optimizer_bytes
     held, head_held = in_flight(c, m, s)
     saved = sum(n * cost[k]["agg"][saved_bytes_key(proto.dtype)] for k, n in comp.items() if k in cost)
-    activations = held * saved
+    off, in_flight_copy = offload if offload is not None else (0.0, 0.0)
+    activations = held * (saved - off) + in_flight_copy
     logits = sum(comp[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS if k in comp) * head_held
     other = logits
     layer_kinds = [k for k in cost if is_layer(k) and k in comp]

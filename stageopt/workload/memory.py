@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from stageopt.graph.compile import saved_bytes_key
 from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
+from stageopt.workload.offload import offloaded_bytes, offloaded_layer_counts
 from stageopt.workload.sharding import Workload
 
 GIB = 2**30
@@ -81,7 +82,12 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     order = stage_order(plan, stage)
     per_chunk = {c.local: work.chunk_sum(c, saved_bytes_key(plan.dtype)) for c in work.chunks[stage]}
     held = {c.local: work.chunk_sum(c, "wgrad_held_bytes") for c in work.chunks[stage]}
-    activations = peak_in_flight(order, per_chunk, held)
+    in_flight_copy = 0.0
+    if plan.offload_layers:  # pp = 1: one chunk holds every layer
+        counts = offloaded_layer_counts(work.model, plan.offload_layers)
+        off, in_flight_copy = offloaded_bytes(counts, {k: work.value(k, saved_bytes_key(plan.dtype)) for k in counts})
+        per_chunk = {c: v - float(off) for c, v in per_chunk.items()}
+    activations = peak_in_flight(order, per_chunk, held) + float(in_flight_copy)
     other = 0.0
     for chunk in work.chunks[stage]:
         for kind in HEAD_KINDS:

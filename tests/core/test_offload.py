@@ -1,0 +1,103 @@
+"""Activation offloading (Megatron-Core's --cpu-offloading-num-layers), checked by hand.
+
+Memory: the first N layers' saved tensors leave HBM but one offloaded layer is
+in flight, so a uniform model's activations drop by (N - 1) layers' saved
+bytes. Time: each offloaded layer is copied out under the next layer's forward
+and back under the next layer's backward; over a link slow enough that neither
+hides it, each layer adds 2 c - (f + b) per micro-batch, c = saved bytes / link
+bandwidth and f + b one layer's compute (the difference between a model with
+one layer more and one less).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stageopt.errors import ConfigError, InfeasiblePlan
+from stageopt.frameworks import load_profile
+from stageopt.graph.block import arch_of
+from stageopt.graph.compile import compile_block
+from stageopt.graph.symbols import symbol_values
+from stageopt.launch import launch_settings
+from stageopt.model import load_model
+from stageopt.parallel.plan import Plan
+from stageopt.sim.replay import ReplaySimulator
+from stageopt.sim.run import simulate_plan, workload_for
+from stageopt.workload import peak_memory
+
+MODEL, LAYERS = "llama3-8b", ["layers=6", "seq=2048"]
+PLAN = "tp=1 pp=1 dp=8 mbs=1 gbs=16 zero=1 recompute=none dtype=bf16"
+GIB = 2**30
+
+
+def layer_saved_bytes() -> float:
+    model = load_model(MODEL, LAYERS)
+    plan = Plan.parse(PLAN, framework=load_profile("megatron-core"))
+    return float(compile_block("dense", arch_of(model, plan), "none").evaluate(symbol_values(model, plan))["saved_bytes"])
+
+
+def simulate(plan: str, layers=LAYERS, hw_set=()):
+    return simulate_plan(MODEL, plan, None, hardware="h100-sxm", model_set=layers, hw_set=hw_set)[1]
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_offloaded_layers_leave_hbm_but_one_in_flight(n):
+    base, off = simulate(PLAN), simulate(f"{PLAN} offload_layers={n}")
+    dropped = (base.memory_breakdown_gib["activations"] - off.memory_breakdown_gib["activations"]) * GIB
+    assert dropped == pytest.approx((n - 1) * layer_saved_bytes(), rel=1e-6)
+
+
+def test_workload_memory_agrees_with_the_analytical_model():
+    work = workload_for(MODEL, f"{PLAN} offload_layers=4", None, model_set=LAYERS)
+    by_stage = peak_memory(work)
+    analytical = simulate(f"{PLAN} offload_layers=4").memory_breakdown_gib["activations"]
+    assert by_stage[0].activations / GIB == pytest.approx(analytical, rel=1e-9)
+
+
+def test_a_slow_link_exposes_both_copies_less_the_compute_beside_them():
+    slow = ["gpu.host_link_gbps=0.5"]  # 0.5 GB/s: a layer's copy outlasts any layer's compute
+    n, m = 3, 2  # layers offloaded; micro-batches per rank (gbs 16 / dp 8)
+    one_more = simulate(PLAN, ["layers=7", "seq=2048"]).time_breakdown_s["compute"]
+    per_layer = (one_more - simulate(PLAN).time_breakdown_s["compute"]) / m  # f + b of one layer
+    copy = layer_saved_bytes() / 0.5e9
+    got = simulate(f"{PLAN} offload_layers={n}", hw_set=slow)
+    assert got.time_breakdown_s["activation_offload"] == pytest.approx(m * n * (2 * copy - per_layer), rel=1e-6)
+    base = simulate(PLAN, hw_set=slow)
+    assert got.iteration_time_s - base.iteration_time_s == pytest.approx(
+        got.time_breakdown_s["activation_offload"], rel=1e-6)
+
+
+def test_a_fast_link_hides_the_copies():
+    got = simulate(f"{PLAN} offload_layers=3", hw_set=["gpu.host_link_gbps=100000"])
+    assert got.time_breakdown_s["activation_offload"] == 0.0
+    assert got.iteration_time_s == pytest.approx(simulate(PLAN).iteration_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("plan, field", [
+    (f"{PLAN.replace('pp=1 dp=8', 'pp=2 dp=4')} offload_layers=2", "pp=1"),
+    (f"{PLAN.replace('recompute=none', 'recompute=full')} offload_layers=2", "recompute=none"),
+    (f"{PLAN} offload_layers=6", "at most 5"),
+])
+def test_megatron_core_rules_are_one_line_refusals(plan, field):
+    with pytest.raises(InfeasiblePlan, match=field):
+        simulate(plan)
+
+
+def test_backends_without_the_copies_and_unknown_links_refuse():
+    work = workload_for(MODEL, f"{PLAN} offload_layers=2", None, model_set=LAYERS)
+    with pytest.raises(ConfigError, match="analytical backend only"):
+        simulate_plan(MODEL, f"{PLAN} offload_layers=2", None, model_set=LAYERS, simulator=ReplaySimulator())
+    with pytest.raises(ConfigError, match="host_link_gbps"):
+        simulate(f"{PLAN} offload_layers=2", hw_set=["gpu.host_link_gbps=null"])
+    assert work.plan.offload_layers == 2
+
+
+def test_exports_name_megatrons_flags():
+    model = load_model(MODEL, LAYERS)
+    plan = Plan.parse(f"{PLAN} offload_layers=2")
+    megatron = launch_settings("megatron", model, plan).text
+    assert "--cpu-offloading" in megatron and "--cpu-offloading-num-layers 2" in megatron
+    bridge = launch_settings("megatron-bridge", model, plan).text
+    assert "model.cpu_offloading_num_layers=2" in bridge
+    with pytest.raises(ConfigError, match="torchtitan"):
+        launch_settings("torchtitan", model, plan)
