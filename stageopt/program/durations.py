@@ -18,7 +18,7 @@ from stageopt.parallel.ranks import group_stride
 
 RING_COMMS = ("p2p", "a2a+p2p")  # cp_comm values whose K/V exchange over "cp" is a ring under attention
 DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate", "tp_edp_cp")  # the data-parallel communicators (GradSync.dp_groups)
-from stageopt.program.nodes import COLL, COMP, SEND, StageProgram
+from stageopt.program.nodes import COLL, COMP, COPY, SEND, StageProgram
 from stageopt.workload import Workload
 
 
@@ -56,6 +56,9 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
                                              or (n.group == "cp" and plan.cp_comm in RING_COMMS)):
             chunks = plan.tp if n.group == "tp" else plan.cp // plan.cpa  # the ring's ranks
             out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), chunks)
+    copies = [n for n in nodes if n.type == COPY]  # activation offloading, over the host link
+    if copies:
+        out[[n.id for n in copies]] = hw.gpu.host_copy_seconds(np.array([n.comm_size for n in copies], dtype=float))
     sends = [n for n in nodes if n.type == SEND]
     if sends:
         idx = np.array([n.id for n in sends])

@@ -139,6 +139,9 @@ def lowered_programs(work: Workload, hw: Hardware, options: ProgramOptions | Non
     Durations come from :func:`stageopt.program.durations.node_durations`, the
     replay's own numbers, so a change to the kernel model reaches the traces.
     """
+    if work.plan.offload_layers:
+        raise ConfigError(f"plan: offload_layers={work.plan.offload_layers}: the Chakra traces do not carry host "
+                          "copies yet; simulate it with --backend analytical or replay")
     programs = build_programs(work, options)
     split = split_kinds(work.plan, set().union(*(p.groups_used() for p in programs)), hw.node.gpus)
     out = [split_program(*split_buckets(p, compute_micros(p, node_durations(p, work, hw)), work.plan), split)

@@ -15,6 +15,7 @@ COMP = "comp"
 COLL = "coll"
 SEND = "send"
 RECV = "recv"
+COPY = "copy"  # a copy between GPU and host memory (activation offloading), on the copy engine
 
 NEXT = "next"  # the stage holding the following virtual chunk
 PREV = "prev"  # the stage holding the preceding virtual chunk
@@ -31,12 +32,13 @@ class ProgramNode:
     all-gather, the whole buffer otherwise). ``phase`` says where the work comes
     from: fwd, bwd, recompute (block ops), dp (end-of-iteration gradient and
     parameter sync), zero3 (per-layer gathers and gradient scatters), p2p,
-    optimizer.
+    optimizer, offload / reload (a layer's saved tensors to host memory and
+    back; ``comm_size`` is their bytes).
     """
 
     id: int
     name: str
-    type: str  # comp | coll | send | recv
+    type: str  # comp | coll | send | recv | copy
     phase: str
     data_deps: tuple[int, ...] = ()
     ctrl_deps: tuple[int, ...] = ()

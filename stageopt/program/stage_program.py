@@ -38,6 +38,11 @@ the dependencies, so every simulator runs the same order:
   before its backward (prefetched while the previous block computes, or, on a
   stack without ``zero3_prefetch``, after it and its scatter finish) and
   reduce-scatters its gradients after its backward, every micro-batch.
+* **Activation offloading** (``offload_layers``, pp 1): after each of the
+  first N layers' forward its saved tensors are copied to host memory on the
+  copy engine, and the forward two layers on waits for that copy; in backward
+  the copy back of layer i-1 starts with layer i's backward, and layer i-1
+  waits for it (Transformer Engine's offload handler).
 * **Optimizer**: one compute node after every gradient reduction.
 * **Kernels without FLOPs are not written** (the embedding gather): ASTRA-sim's
   roofline cannot time them (``num_ops`` 0 divides 0 by 0; ``tensor_size`` 0
@@ -55,14 +60,16 @@ from dataclasses import dataclass
 
 from stageopt.errors import ConfigError
 from stageopt.graph.block import arch_of
+from stageopt.graph.compile import saved_bytes_key
 from stageopt.graph.fusion import group_label
 from stageopt.graph.symbols import symbol_values
+from stageopt.model.layer_types import is_layer
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
 from stageopt.parallel.ranks import dense_dp_groups, expert_dp_group, group_size
 from stageopt.parallel.schedule import Step, stage_order
 from stageopt.program.block_ops import BlockOps, OpShape, block_ops
 from stageopt.program.grad_sync import Bucket, GradSync
-from stageopt.program.nodes import COLL, COMP, NEXT, PREV, RECV, SEND, ProgramNode, StageProgram
+from stageopt.program.nodes import COLL, COMP, COPY, NEXT, PREV, RECV, SEND, ProgramNode, StageProgram
 from stageopt.program.params import block_params
 from stageopt.workload import Chunk, Workload
 
@@ -244,12 +251,18 @@ class _StageBuilder(GradSync):
         label = f"F{step.microbatch}.{step.chunk}"
         entry = self.receive(step, chunk, 0, label)
         prefetch = entry
-        for i, kind in enumerate(chunk_blocks(chunk)):
+        kinds = chunk_blocks(chunk)
+        offloaded = self.offloaded_blocks(kinds)
+        copies: dict[int, int] = {}  # block -> its offload copy, which the block two on waits for
+        for i, kind in enumerate(kinds):
             blabel = f"{label}.{i}"
             weights = self.zero3_gathers(kind, prefetch if self.zero3_prefetch else entry, blabel)
             prefetch = entry
             ops = self.ops[kind]
-            entry = self.block(kind, ops.forward, ops.forward_exits, entry, blabel, weights).exits
+            wait = (copies.pop(i - 2),) if i - 2 in copies else ()
+            entry = self.block(kind, ops.forward, ops.forward_exits, entry + wait, blabel, weights).exits
+            if i in offloaded:
+                copies[i] = self.host_copy(kind, f"{blabel}:offload", "offload")
         self.deliver(step, chunk, 0, entry, label)
 
     def backward(self, step: Step, chunk: Chunk, last_grad: bool) -> None:
@@ -260,12 +273,17 @@ class _StageBuilder(GradSync):
         kinds = chunk_blocks(chunk)
         split = step.kind == "I"
         synced: tuple[int, ...] = ()  # without prefetch: the previous block's scatters, which the gather waits for
+        offloaded = self.offloaded_blocks(kinds)
+        reloads: dict[int, int] = {}  # block -> the copy back of its saved tensors, started one block ahead
         for i in reversed(range(len(kinds))):
             kind, blabel = kinds[i], f"{label}.{i}"
             weights = self.zero3_gathers(kind, prefetch if self.zero3_prefetch else entry + synced, blabel)
             prefetch = entry
             ops = self.ops[kind]
-            res = self.block(kind, ops.backward, ops.backward_exits, entry, blabel, weights,
+            if i - 1 in offloaded:
+                reloads[i - 1] = self.host_copy(kinds[i - 1], f"{label}.{i - 1}:reload", "reload")
+            wait = (reloads.pop(i),) if i in reloads else ()
+            res = self.block(kind, ops.backward, ops.backward_exits, entry + wait, blabel, weights,
                              wgrad=False if split else None)
             entry = res.exits
             if split:
@@ -289,6 +307,17 @@ class _StageBuilder(GradSync):
             self.block_done(kind, chunk, i, res.done, blabel, last_grad)
         if last_grad and self.options.bucket == "chunk":
             self.flush_bucket()
+
+    # -- activation offloading ----------------------------------------------------
+    def offloaded_blocks(self, kinds: list[str]) -> set[int]:
+        """Positions of the chunk's blocks whose saved tensors go to host memory: its first N layers (pp 1)."""
+        layers = [i for i, kind in enumerate(kinds) if is_layer(kind)]
+        return set(layers[:self.plan.offload_layers])
+
+    def host_copy(self, kind: str, name: str, phase: str) -> int:
+        """A copy of one block's saved tensors to or from host memory, after the compute issued so far."""
+        nbytes = int(self.work.value(kind, saved_bytes_key(self.plan.dtype)))
+        return self.b.add(name, COPY, phase, self.b.stream_point(), comm_size=nbytes)
 
     def block_done(self, kind: str, chunk: Chunk, i: int, done: tuple[int, ...], label: str,
                    last_grad: bool) -> tuple[int, ...]:
@@ -339,8 +368,4 @@ def build_stage_program(work: Workload, stage: int, options: ProgramOptions | No
 
 
 def build_programs(work: Workload, options: ProgramOptions | None = None) -> list[StageProgram]:
-    """The per-stage programs (traces, replay, ASTRA-sim); activation offloading has no nodes in them yet."""
-    if work.plan.offload_layers:
-        raise ConfigError(f"plan: offload_layers={work.plan.offload_layers} is priced by the analytical backend "
-                          "only (its host copies are not in traces yet); use --backend analytical")
     return [build_stage_program(work, s, options) for s in range(work.stages)]

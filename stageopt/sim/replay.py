@@ -42,10 +42,11 @@ class ReplaySimulator(Simulator):
         background = BACKGROUND_PHASES if self.dp_stream == "background" else ()
         timings = replay_stages(programs, [node_durations(p, work, hw) for p in programs], background)
         slowest = max(timings, key=lambda t: t.finish_s)
-        est = estimate_from_times(work, hw, self.name, slowest.finish_s, slowest.comm_only_s)
         e = slowest.exposed_s
+        comm = slowest.comm_only_s - e["offload"]
+        est = estimate_from_times(work, hw, self.name, slowest.finish_s, comm)
         breakdown = {"compute": slowest.compute_s, "exposed_tp_comm": e["tp"], "exposed_cp_comm": e["cp"],
                      "exposed_ep_comm": e["ep"], "pipeline_p2p": e["p2p"], "pipeline_bubble": slowest.idle_s,
-                     "exposed_dp_comm": e["dp"], "exposed_comm": slowest.comm_only_s}
+                     "exposed_dp_comm": e["dp"], "activation_offload": e["offload"], "exposed_comm": comm}
         return Estimate(**{**est.__dict__, "time_breakdown_s": breakdown,
                            "details": {"stage_finish_s": [t.finish_s for t in timings], "dp_stream": self.dp_stream}})

@@ -14,6 +14,7 @@ Megatron-LM and FSDP run them on their own CUDA streams. With ASTRA-sim's single
 during the last backward blocks every TP collective and pipeline send behind
 it, and the delay cascades through all stages; ``stageopt replay`` (the
 compatible mode) keeps that rule for bit-exact ASTRA-sim reproduction.
+Host copies (activation offloading) run on a copy-engine slot of their own.
 Cost is O(nodes of one rank per stage) whatever the data-parallel size.
 """
 
@@ -25,12 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from stageopt.errors import SimulatorError
-from stageopt.program.nodes import COMP, NEXT, RECV, SEND, StageProgram
+from stageopt.program.nodes import COMP, COPY, NEXT, RECV, SEND, StageProgram
 
 BACKGROUND_PHASES = ("dp", "zero3")
 
 
-CATEGORIES = ("tp", "cp", "ep", "p2p", "dp")  # order in which exposed communication is attributed
+# Order in which exposed time is attributed: a host copy first (the compute waits on it by dependency; a
+# background gradient bucket may run meanwhile), then communication.
+CATEGORIES = ("offload", "tp", "cp", "ep", "p2p", "dp")
+COPY_SLOT = 3  # host copies (activation offloading) run on the copy engine, beside compute and communication
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,9 @@ class StageTiming:
     """When one stage's representative rank finished, and how its time was spent.
 
     ``compute_s + sum(exposed_s.values()) + idle_s == finish_s``: exposed time is
-    communication while the compute slot is idle, attributed to the first
-    category of CATEGORIES that was busy; idle is waiting on pipeline neighbours.
+    communication or a host copy while the compute slot is idle, attributed to
+    the first category of CATEGORIES that was busy; idle is waiting on pipeline
+    neighbours.
     """
 
     finish_s: float
@@ -53,6 +58,8 @@ class StageTiming:
 
 
 def category(node) -> str:
+    if node.type == COPY:
+        return "offload"
     if node.type == SEND:
         return "p2p"
     group = node.group
@@ -111,10 +118,10 @@ class _Replay:
                 for d in (*n.data_deps, *n.ctrl_deps):
                     kids[d].append(n.id)
             self.children.append(kids)
-        self.slot_of = [[0 if n.type == COMP else (2 if n.phase in background else 1) for n in ns]
-                        for ns in self.nodes]
-        self.ready: list[tuple[list[int], ...]] = [([], [], []) for _ in range(self.p)]
-        self.busy = [[False, False, False] for _ in range(self.p)]
+        self.slot_of = [[0 if n.type == COMP else COPY_SLOT if n.type == COPY else (2 if n.phase in background else 1)
+                         for n in ns] for ns in self.nodes]
+        self.ready: list[tuple[list[int], ...]] = [([], [], [], []) for _ in range(self.p)]
+        self.busy = [[False, False, False, False] for _ in range(self.p)]
         self.events: list[tuple[float, int, int, int]] = []  # (time, seq, stage, node)
         self.seq = 0
         self.arrived: dict[tuple[int, int, int], float] = {}
@@ -142,7 +149,7 @@ class _Replay:
             self.posted[key] = i
 
     def issue(self, t: float, s: int) -> None:
-        for slot in (0, 1, 2):
+        for slot in (0, 1, 2, COPY_SLOT):
             if not self.busy[s][slot] and self.ready[s][slot]:
                 i = heapq.heappop(self.ready[s][slot])
                 self.busy[s][slot] = True

@@ -6,7 +6,8 @@ bytes. Time: each offloaded layer is copied out under the next layer's forward
 and back under the next layer's backward; over a link slow enough that neither
 hides it, each layer adds 2 c - (f + b) per micro-batch, c = saved bytes / link
 bandwidth and f + b one layer's compute (the difference between a model with
-one layer more and one less).
+one layer more and one less). The replay, which runs the copies on a copy-engine
+slot with Transformer Engine's waits, must expose the same.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from stageopt.graph.symbols import symbol_values
 from stageopt.launch import launch_settings
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
+from stageopt.hardware import load_hardware
+from stageopt.program.generate import lowered_programs
 from stageopt.sim.replay import ReplaySimulator
 from stageopt.sim.run import simulate_plan, workload_for
 from stageopt.workload import peak_memory
@@ -83,13 +86,31 @@ def test_megatron_core_rules_are_one_line_refusals(plan, field):
         simulate(plan)
 
 
-def test_backends_without_the_copies_and_unknown_links_refuse():
+@pytest.mark.parametrize("link", ["64", "0.5"])
+def test_replay_runs_the_copies_as_the_analytical_model_prices_them(link):
+    """The replay puts each copy on the copy engine with Transformer Engine's waits; on a uniform stack it
+    exposes what the closed form does, over a fast link and a slow one."""
+    plan = f"{PLAN} offload_layers=3"
+    hw_set = [f"gpu.host_link_gbps={link}"]
+    analytical = simulate(plan, hw_set=hw_set)
+
+    def replay(text):
+        return simulate_plan(MODEL, text, None, hardware="h100-sxm", model_set=LAYERS, hw_set=hw_set,
+                             simulator=ReplaySimulator())[1]
+
+    with_copies, without = replay(plan), replay(PLAN)
+    assert with_copies.time_breakdown_s["activation_offload"] == pytest.approx(
+        analytical.time_breakdown_s["activation_offload"], rel=1e-6, abs=1e-9)
+    assert with_copies.iteration_time_s - without.iteration_time_s == pytest.approx(
+        analytical.time_breakdown_s["activation_offload"], rel=1e-6, abs=1e-9)
+
+
+def test_traces_and_unknown_links_refuse():
     work = workload_for(MODEL, f"{PLAN} offload_layers=2", None, model_set=LAYERS)
-    with pytest.raises(ConfigError, match="analytical backend only"):
-        simulate_plan(MODEL, f"{PLAN} offload_layers=2", None, model_set=LAYERS, simulator=ReplaySimulator())
+    with pytest.raises(ConfigError, match="Chakra traces"):
+        lowered_programs(work, load_hardware("h100-sxm"))
     with pytest.raises(ConfigError, match="host_link_gbps"):
         simulate(f"{PLAN} offload_layers=2", hw_set=["gpu.host_link_gbps=null"])
-    assert work.plan.offload_layers == 2
 
 
 def test_exports_name_megatrons_flags():
