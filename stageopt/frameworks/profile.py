@@ -71,6 +71,19 @@ class FrameworkProfile:
     ``dispatcher`` overrides it): ``alltoall`` or ``flex`` (node-deduplicated,
     DeepEP / HybridEP). ``cp_comm`` is its default context-parallel K/V exchange
     (Megatron-LM's ``--cp-comm-type`` defaults to ``p2p``; a plan's ``cp_comm`` overrides it).
+    ``cross_entropy`` is how the loss holds memory (bytes a logit kept from
+    forward to backward, and at the loss's peak): ``te_fused`` (Transformer
+    Engine's fused cross-entropy, as Megatron-Bridge sets it: the gradient is
+    written into the bf16 logits in place; 2 and 2), ``in_place`` (Megatron's
+    vocab-parallel cross-entropy on an fp32 copy of the logits, softmax turned
+    into the gradient in place; 4 and 6, the bf16 logits beside the fp32) or
+    ``pytorch`` (``F.cross_entropy(logits.float())``, torchtitan: its backward
+    holds the saved log-softmax, the gradient it receives and the one it
+    returns, all fp32; 4 and 12).
+    ``fp8_saves_inputs``: in FP8 training each FP8 GEMM keeps only the FP8 copy
+    of its input for the weight gradient (Transformer Engine); otherwise it
+    keeps the high-precision input and casts it again in backward (torchao's
+    Float8Linear), so FP8 saves what bf16 saves.
     """
 
     name: str
@@ -99,6 +112,8 @@ class FrameworkProfile:
     bf16_grad_all_reduce: bool = False
     moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
+    cross_entropy: Literal["te_fused", "in_place", "pytorch"] = "in_place"
+    fp8_saves_inputs: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

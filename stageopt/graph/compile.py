@@ -61,15 +61,18 @@ def _phase_ops(graph: BlockGraph, phase: str) -> tuple[Op, ...]:
     return {"fwd": graph.fwd, "bwd": graph.bwd, "recompute": graph.recompute}[phase]
 
 
-def saved_bytes_key(dtype: str) -> str:
-    """The aggregate holding a block's saved activations for a plan computing in ``dtype``.
+def saved_bytes_key(plan) -> str:
+    """The aggregate holding a block's saved activations under ``plan``.
 
-    FP8 training saves each FP8 GEMM's input as its 1-byte FP8 copy (Transformer
-    Engine's Linear and GroupedLinear keep the quantized input, column-wise, for
-    the weight gradient); a tensor another backward op also reads keeps its
-    high-precision form beside it.
+    FP8 training on Transformer Engine saves each FP8 GEMM's input as its
+    1-byte FP8 copy (its Linear and GroupedLinear keep the quantized input,
+    column-wise, for the weight gradient); a tensor another backward op also
+    reads keeps its high-precision form beside it. A stack whose FP8 GEMMs
+    keep the high-precision input and cast it again in backward (torchao's
+    Float8Linear) saves what bf16 training saves (``fp8_saves_inputs``).
     """
-    return "saved_bytes_fp8" if dtype == "fp8" else "saved_bytes"
+    fp8 = plan.dtype == "fp8" and plan.framework.fp8_saves_inputs
+    return "saved_bytes_fp8" if fp8 else "saved_bytes"
 
 
 def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[CollectiveSpec]]:

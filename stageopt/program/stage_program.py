@@ -316,7 +316,7 @@ class _StageBuilder(GradSync):
 
     def host_copy(self, kind: str, name: str, phase: str) -> int:
         """A copy of one block's saved tensors to or from host memory, after the compute issued so far."""
-        nbytes = int(self.work.value(kind, saved_bytes_key(self.plan.dtype)))
+        nbytes = int(self.work.value(kind, saved_bytes_key(self.plan)))
         return self.b.add(name, COPY, phase, self.b.stream_point(), comm_size=nbytes)
 
     def block_done(self, kind: str, chunk: Chunk, i: int, done: tuple[int, ...], label: str,

@@ -104,7 +104,7 @@ def _offload(model: ModelSpec, hw: Hardware, proto: Plan, cost: dict, c: dict
     if not np.any(n):
         return (zeros, zeros), zeros
     counts = offloaded_layer_counts(model, n)
-    key = saved_bytes_key(proto.dtype)
+    key = saved_bytes_key(proto)
     saved = {k: cost[k]["agg"][key] for k in counts}
     exposed = exposed_copy_seconds(hw.gpu, counts, saved, {k: cost[k]["fwd"] for k in counts},
                                    {k: cost[k]["bwd"] for k in counts})

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
+from stageopt.workload.memory import loss_held
 from stageopt.model.layer_types import HEAD_KINDS
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
@@ -100,9 +101,10 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
             frac = np.divide(layers[:, s, ch], per_stage[:, s], out=np.zeros(n), where=per_stage[:, s] > 0)
             got = _chunk_passes(cost, counts, t_p2p, c, zero3[s] * frac)
             passes[:, s, ch] = [got[k] for k in names]
-            mem[0, s, ch] = sum(counts[k] * cost[k]["agg"][saved_bytes_key(plan.dtype)] for k in kinds)
+            mem[0, s, ch] = sum(counts[k] * cost[k]["agg"][saved_bytes_key(plan)] for k in kinds)
             mem[1, s, ch] = sum(counts[k] * cost[k]["agg"]["wgrad_held_bytes"] for k in kinds)
-            mem[2, s, ch] = sum(counts[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS if k in counts)
+            mem[2, s, ch] = loss_held(plan, sum(counts[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS
+                                                if k in counts))
     single = passes[:4, dag.stage, dag.chunk]  # (F, B, I, W) of each node's chunk: (4, nodes, n)
     durations = np.take_along_axis(single, np.minimum(dag.kind, 3)[None, :, None], 0)[0]
     comm = np.select([dag.kind[:, None] == 0, dag.kind[:, None] == 3], [passes[6, dag.stage, dag.chunk], 0.0],

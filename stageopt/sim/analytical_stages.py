@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
-from stageopt.workload.memory import zero3_gathered_layers
+from stageopt.workload.memory import loss_held, loss_peak_extra, zero3_gathered_layers
 from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.plan import Plan
 
@@ -59,11 +59,12 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     gradients = sharded(zero >= 2) * proto.grad_bytes
     optimizer = sharded(zero >= 1) * proto.optimizer_bytes
     held, head_held = in_flight(c, m, s)
-    saved = sum(n * cost[k]["agg"][saved_bytes_key(proto.dtype)] for k, n in comp.items() if k in cost)
+    saved = sum(n * cost[k]["agg"][saved_bytes_key(proto)] for k, n in comp.items() if k in cost)
     off, in_flight_copy = offload if offload is not None else (0.0, 0.0)
     activations = held * (saved - off) + in_flight_copy
-    logits = sum(comp[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS if k in comp) * head_held
-    other = logits
+    logits = loss_held(proto, sum(comp[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS if k in comp)) * head_held
+    heads = [np.where(comp[k] > 0, cost[k]["agg"]["logits_bytes"], 0.0) for k in HEAD_KINDS if k in comp]
+    other = logits + (loss_peak_extra(proto, np.maximum.reduce(heads)) if heads else 0.0)
     layer_kinds = [k for k in cost if is_layer(k) and k in comp]
     if proto.recompute == "full":
         other = other + np.maximum.reduce([np.where(comp[k] > 0, cost[k]["agg"]["working_bytes"], 0)

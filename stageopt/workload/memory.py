@@ -7,7 +7,7 @@ tensors each chunk saves for backward (from the graph, by recompute mode)
 times the micro-batches the schedule holds in flight at its peak; under a
 zero-bubble schedule a micro-batch between its input- and weight-gradient
 passes still holds what the weight gradients read. ``other``
-holds fp32 logits kept for the loss, the working set of a fully recomputed
+holds fp32 logits kept for the loss and the loss's own peak beyond them, the working set of a fully recomputed
 layer during its backward, and ZeRO-3's gathered parameter buffers.
 """
 
@@ -62,6 +62,22 @@ def shard_degrees(work: Workload) -> tuple[int, int]:
     return plan.shard_dp * plan.cp, plan.expert_dp_ranks
 
 
+# How the loss holds memory, in bytes a logit, by the stack's cross-entropy (FrameworkProfile.cross_entropy):
+# kept from forward to backward, and the extra at the loss's peak. The graph's head saves an fp32 softmax
+# (4 bytes a logit, ``logits_bytes``); these scale it.
+LOSS_BYTES_PER_LOGIT = {"te_fused": (2.0, 0.0), "in_place": (4.0, 2.0), "pytorch": (4.0, 8.0)}
+
+
+def loss_held(plan, logits_fp32_bytes):
+    """Bytes the loss keeps for backward, for ``logits_fp32_bytes`` of fp32 logits."""
+    return logits_fp32_bytes / 4.0 * LOSS_BYTES_PER_LOGIT[plan.framework.cross_entropy][0]
+
+
+def loss_peak_extra(plan, logits_fp32_bytes):
+    """Transient bytes at the loss beyond what it keeps (one loss runs at a time)."""
+    return logits_fp32_bytes / 4.0 * LOSS_BYTES_PER_LOGIT[plan.framework.cross_entropy][1]
+
+
 def zero3_gathered_layers(plan) -> int:
     """Layers whose ZeRO-3 parameters are gathered at once: the current one, plus the next where the
     stack prefetches it (FSDP, Megatron-FSDP); DeepSpeed of 2021 gathered one block at a time."""
@@ -80,19 +96,23 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_bytes
     optimizer = sharded(dense, expert, plan.step_zero >= 1) * plan.optimizer_bytes
     order = stage_order(plan, stage)
-    per_chunk = {c.local: work.chunk_sum(c, saved_bytes_key(plan.dtype)) for c in work.chunks[stage]}
+    per_chunk = {c.local: work.chunk_sum(c, saved_bytes_key(plan)) for c in work.chunks[stage]}
     held = {c.local: work.chunk_sum(c, "wgrad_held_bytes") for c in work.chunks[stage]}
     in_flight_copy = 0.0
     if plan.offload_layers:  # pp = 1: one chunk holds every layer
         counts = offloaded_layer_counts(work.model, plan.offload_layers)
-        off, in_flight_copy = offloaded_bytes(counts, {k: work.value(k, saved_bytes_key(plan.dtype)) for k in counts})
+        off, in_flight_copy = offloaded_bytes(counts, {k: work.value(k, saved_bytes_key(plan)) for k in counts})
         per_chunk = {c: v - float(off) for c, v in per_chunk.items()}
     activations = peak_in_flight(order, per_chunk, held) + float(in_flight_copy)
     other = 0.0
+    heads = [k for c in work.chunks[stage] for k in HEAD_KINDS if k in c.blocks]
     for chunk in work.chunks[stage]:
         for kind in HEAD_KINDS:
             if kind in chunk.blocks:
-                other += chunk.blocks[kind] * work.value(kind, "logits_bytes") * max_in_flight(order, chunk.local)
+                other += chunk.blocks[kind] * loss_held(plan, work.value(kind, "logits_bytes")) * max_in_flight(
+                    order, chunk.local)
+    if heads:  # one loss at a time
+        other += loss_peak_extra(plan, max(work.value(k, "logits_bytes") for k in heads))
     if plan.recompute == "full":
         layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         other += max((work.value(k, "working_bytes") for k in layer_kinds), default=0.0)

@@ -19,7 +19,7 @@ from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.workload import build_workload
-from stageopt.workload.memory import stage_memory
+from stageopt.workload.memory import loss_held, loss_peak_extra, stage_memory
 
 SMALL = ["layers=4", "dense_layers=1", "seq=1024"]
 
@@ -79,8 +79,10 @@ def test_the_loss_stage_holds_two_sets_of_logits() -> None:
     plain, mtp = _work([]), _work(["mtp_layers=1"])
     logits = plain.value("head", "logits_bytes")
     assert mtp.value("mtp_head", "logits_bytes") == pytest.approx(logits)
-    assert stage_memory(plain, 1).other == pytest.approx(logits)  # 1F1B's last stage: one micro-batch in flight
-    assert stage_memory(mtp, 1).other == pytest.approx(2 * logits)  # ... holding both predictions' logits
+    held, extra = (loss_held(plain.plan, logits), loss_peak_extra(plain.plan, logits))
+    assert stage_memory(plain, 1).other == pytest.approx(held + extra)  # 1F1B's last stage: one micro-batch in flight
+    assert stage_memory(mtp, 1).other == pytest.approx(2 * held + extra)  # ... holding both predictions' logits;
+    # the two losses run one after the other, so one loss's peak
 
 
 def test_an_mtp_trace_set_generates_and_validates(tmp_path: Path) -> None:
