@@ -153,13 +153,16 @@ def _system_defaults() -> dict[str, Any]:
     return dict(data)
 
 
-def astra_sim_configs(hw: Hardware, n_ranks: int, *, dtype: DType = "bf16", subgroups_only: bool = False
-                      ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def astra_sim_configs(hw: Hardware, n_ranks: int, *, dtype: DType = "bf16", subgroups_only: bool = False,
+                      host_copies: bool = False) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Return ``(system, network, memory)`` as ASTRA-sim reads them (JSON / YAML shapes).
 
     ``subgroups_only``: no collective of the trace set spans every rank (see
     the module docstring); then a collective whose algorithm is the same on
-    every tier gets a one-entry implementation list.
+    every tier gets a one-entry implementation list. ``host_copies``: the
+    traces hold MEM_LOAD/MEM_STORE nodes (activation offloading), timed by
+    per-GPU remote memory at the GPU's host-link bandwidth (whole GB/s, as
+    ASTRA-sim's remote-memory backend reads it).
     """
     dims = network_dims(hw, n_ranks)
     system = _system_defaults()
@@ -177,6 +180,9 @@ def astra_sim_configs(hw: Hardware, n_ranks: int, *, dtype: DType = "bf16", subg
         "latency": [round(d.latency_ns, 6) for d in dims],
     }
     memory = json.loads((TEMPLATES_DIR / "memory.json").read_text(encoding="utf-8"))
+    if host_copies:  # activation offloading's MEM nodes: each GPU's own link to host memory
+        memory = {"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-latency": 0,
+                  "remote-mem-bw": max(1, round(hw.gpu.host_link_gbps or 0))}
     return system, network, memory
 
 

@@ -129,7 +129,7 @@ _REQUIRED_SYSTEM_KEYS = ("scheduling-policy", "preferred-dataset-splits", "colle
 
 def _load(path: os.PathLike | str, kind: str) -> Any:
     """Parse a JSON (system) or YAML (network) file through the input gate: one line on any problem."""
-    return load_document(path, f"{kind} config", json_file=kind == "system")
+    return load_document(path, f"{kind} config", json_file=kind in ("system", "remote-memory"))
 
 
 MAX_SPLITS = 1024  # chunks per collective: ASTRA-sim's configs use 1-64; replay work grows linearly with it
@@ -280,3 +280,40 @@ def read_network_config(path: os.PathLike | str) -> NetworkConfig:
                           f"{shorten(list(bandwidths))}")
     latencies = tuple(float(_number(path, "latency", x, minimum=0)) for x in data["latency"])
     return NetworkConfig(topology=tuple(topologies), npus_count=counts, bandwidth_gbps=bandwidths, latency_ns=latencies)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RemoteMemoryConfig:
+    """ASTRA-sim's remote-memory file (``--remote-memory-configuration``): how MEM_LOAD/MEM_STORE nodes are timed.
+
+    Its analytical backend times an access as ``remote-mem-latency`` ns plus
+    ``tensor_size / remote-mem-bw`` ns (bandwidth an integer in GB/s);
+    ``NO_MEMORY_EXPANSION`` aborts on any access.
+    """
+
+    memory_type: str
+    latency_ns: int = 0
+    bandwidth_gbps: int = 0
+
+    def access_ns(self, nbytes: int) -> int:
+        """ASTRA-sim's time for one access of ``nbytes`` (integer nanoseconds, as it computes them)."""
+        return self.latency_ns + int(nbytes / self.bandwidth_gbps)
+
+
+MEMORY_TYPES = ("NO_MEMORY_EXPANSION", "PER_NODE_MEMORY_EXPANSION", "PER_NPU_MEMORY_EXPANSION", "MEMORY_POOL")
+
+
+def read_memory_config(path: os.PathLike | str) -> RemoteMemoryConfig:
+    """Read an ASTRA-sim remote-memory JSON."""
+    data = _load(path, "remote-memory")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of remote-memory settings, got {type(data).__name__}")
+    kind = data.get("memory-type", "NO_MEMORY_EXPANSION")
+    if kind not in MEMORY_TYPES:
+        raise ConfigError(f"{path}: 'memory-type' must be one of {', '.join(MEMORY_TYPES)}, got {shorten(kind)}")
+    latency = _number(path, "remote-mem-latency", data.get("remote-mem-latency", 0), minimum=0, integer=True)
+    bandwidth = _number(path, "remote-mem-bw", data.get("remote-mem-bw", 0), minimum=0, integer=True)
+    if kind != "NO_MEMORY_EXPANSION" and bandwidth < 1:
+        raise ConfigError(f"{path}: 'remote-mem-bw' must be a whole number of GB/s >= 1 with memory-type {kind} "
+                          "(ASTRA-sim divides by it)")
+    return RemoteMemoryConfig(memory_type=kind, latency_ns=int(latency), bandwidth_gbps=int(bandwidth))

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stageopt.astrasim.collective_timing import SIMULATED_TYPES
-from stageopt.astrasim.configs import NetworkConfig, SystemConfig, read_network_config, read_system_config
+from stageopt.astrasim.configs import (NetworkConfig, RemoteMemoryConfig, SystemConfig, read_memory_config,
+                                      read_network_config, read_system_config)
 from stageopt.astrasim.events import simulate
 from stageopt.astrasim.records import Op, OpKind, Slot
 from stageopt.chakra import CommType, NodeType, node_attrs, read_comm_groups, read_trace
@@ -93,8 +94,9 @@ def _replay_ns(node: Any) -> int:
     return node.duration_micros * 1000 if node.duration_micros else 1
 
 
-def node_to_op(node: Any, rank: int, system: SystemConfig, where: str) -> Op:
-    """Translate one Chakra node into the engine's record."""
+def node_to_op(node: Any, rank: int, system: SystemConfig, where: str,
+               memory: RemoteMemoryConfig | None = None) -> Op:
+    """Translate one Chakra node into the engine's record (``memory``: the remote-memory file, for MEM nodes)."""
     attrs = node_attrs(node)
     deps = tuple(node.data_deps) + tuple(node.ctrl_deps)
     cpu = bool(attrs.get("is_cpu_op", False))
@@ -102,7 +104,7 @@ def node_to_op(node: Any, rank: int, system: SystemConfig, where: str) -> Op:
     if ntype == NodeType.METADATA_NODE:
         raise ConfigError(f"{where}: METADATA_NODE in the node stream makes ASTRA-sim abort; remove it")
     if ntype in (NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE):
-        raise ConfigError(f"{where}: remote-memory nodes (MEM_LOAD/MEM_STORE) are not supported by the replay")
+        return _memory_op(node, attrs, cpu, deps, memory, where)
     if ntype == NodeType.INVALID_NODE:
         return Op(node.id, OpKind.SKIP, Slot.CPU if cpu else Slot.COMM, deps)
     if ntype == NodeType.COMP_NODE:
@@ -146,8 +148,23 @@ def node_to_op(node: Any, rank: int, system: SystemConfig, where: str) -> Op:
     return Op(node.id, OpKind.RECV, Slot.NONE, deps, size=size, peer=_int_attr(attrs, "comm_src", where), tag=tag)
 
 
+def _memory_op(node: Any, attrs: Mapping[str, object], cpu: bool, deps: tuple[int, ...],
+               memory: RemoteMemoryConfig | None, where: str) -> Op:
+    """A MEM_LOAD/MEM_STORE node as ASTRA-sim runs it: on the CPU slot with is_cpu_op (else the communication
+    slot), for the remote-memory backend's latency plus size over bandwidth (per-NPU memory only)."""
+    if memory is None or memory.memory_type == "NO_MEMORY_EXPANSION":
+        raise ConfigError(f"{where}: a MEM_LOAD/MEM_STORE node needs a remote-memory file with memory-type "
+                          "PER_NPU_MEMORY_EXPANSION (ASTRA-sim aborts under NO_MEMORY_EXPANSION); pass --memory with "
+                          "the memory.json written beside the traces")
+    if memory.memory_type != "PER_NPU_MEMORY_EXPANSION":
+        raise ConfigError(f"{where}: remote memory of type {memory.memory_type} (shared between NPUs) is not "
+                          "modelled by the replay; use PER_NPU_MEMORY_EXPANSION")
+    size = _int_attr(attrs, "tensor_size", where)
+    return Op(node.id, OpKind.COMPUTE, Slot.CPU if cpu else Slot.COMM, deps, memory.access_ns(size), False)
+
+
 def load_programs(prefix: str | os.PathLike, num_ranks: int, system: SystemConfig,
-                  progress: bool = False) -> list[list[Op]]:
+                  progress: bool = False, memory: RemoteMemoryConfig | None = None) -> list[list[Op]]:
     """Read ``PREFIX.<rank>.et`` for every rank and convert its nodes (``progress``: ranks read, rate, ETA)."""
     programs = []
     with console_progress(num_ranks, "reading traces", unit="rank", enabled=progress) as bar:
@@ -157,7 +174,7 @@ def load_programs(prefix: str | os.PathLike, num_ranks: int, system: SystemConfi
                 raise ConfigError(f"trace {path} does not exist; the network has {num_ranks} ranks, so PREFIX.0.et .. "
                                   f"PREFIX.{num_ranks - 1}.et are needed")
             trace = read_trace(path)
-            programs.append([node_to_op(n, rank, system, f"{path} node {n.id}") for n in trace.nodes])
+            programs.append([node_to_op(n, rank, system, f"{path} node {n.id}", memory) for n in trace.nodes])
             bar.update()
     return programs
 
@@ -188,14 +205,15 @@ def replay_programs(programs: Sequence[Sequence[Op]], groups: Mapping[int, Seque
 
 def replay_trace_set(workload: str | os.PathLike, comm_group: str | os.PathLike | None,
                      system_path: str | os.PathLike, network_path: str | os.PathLike,
-                     progress: bool = False) -> ReplayResult:
+                     progress: bool = False, memory_path: str | os.PathLike | None = None) -> ReplayResult:
     """Replay ``workload.<rank>.et`` with ASTRA-sim's config files; the command-line entry point."""
     system = read_system_config(system_path)
+    memory = read_memory_config(memory_path) if memory_path else None
     network = read_network_config(network_path)
     groups = read_comm_groups(comm_group) if comm_group else {}
     if comm_group:
         check_groups_fit(groups, network.num_npus, comm_group, f"the network {network_path}")
-    programs = load_programs(workload, network.num_npus, system, progress)
+    programs = load_programs(workload, network.num_npus, system, progress, memory)
     if not comm_group:
         _require_no_groups(programs, workload)
     return replay_programs(programs, groups, system, network, progress)

@@ -26,6 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="communicator-group JSON (ASTRA-sim's --comm-group-configuration); omit for none")
     parser.add_argument("--system", required=True, metavar="FILE", help="ASTRA-sim system JSON")
     parser.add_argument("--network", required=True, metavar="FILE", help="analytical network YAML")
+    parser.add_argument("--memory", default=None, metavar="FILE",
+                        help="remote-memory JSON (ASTRA-sim's --remote-memory-configuration); needed only by traces "
+                             "with MEM_LOAD/MEM_STORE nodes (activation offloading's host copies)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--progress", choices=("auto", "off"), default="auto",
                         help=f"ranks read and trace nodes replayed, with rate and ETA, on stderr (auto: a live bar "
@@ -35,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = replay_trace_set(args.workload, args.comm_group, args.system, args.network,
-                              progress=args.progress == "auto")
+                              progress=args.progress == "auto", memory_path=args.memory)
     if args.json:
         print(json.dumps({"ranks": len(result.ranks), **result.to_dict()}))
         return 0

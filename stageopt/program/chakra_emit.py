@@ -28,7 +28,7 @@ import numpy as np
 from stageopt.chakra import CommType, NodeType, TraceTemplate, make_node
 from stageopt.parallel.plan import Plan
 from stageopt.program.groups import GroupTable
-from stageopt.program.nodes import COLL, COMP, NEXT, RECV, SEND, ProgramNode, StageProgram
+from stageopt.program.nodes import COLL, COMP, COPY, NEXT, RECV, SEND, ProgramNode, StageProgram
 
 SELF, NEXT_RANK, PREV_RANK = -1, -2, -3
 _COMM_TYPES = {"all_reduce": CommType.ALL_REDUCE, "all_gather": CommType.ALL_GATHER,
@@ -63,6 +63,9 @@ def chakra_node(n: ProgramNode, duration_micros: int = 0) -> Any:
     if n.type == COLL:
         return make_node(n.id, n.name, NodeType.COMM_COLL_NODE, **common, comm_type=int(_COMM_TYPES[n.collective]),
                          comm_size=n.comm_size, pg_name=n.group, is_cpu_op=False)
+    if n.type == COPY:  # a host copy: ASTRA-sim times it with its remote-memory backend, on the CPU slot
+        kind = NodeType.MEM_STORE_NODE if n.phase == "offload" else NodeType.MEM_LOAD_NODE
+        return make_node(n.id, n.name, kind, **common, tensor_size=n.comm_size, is_cpu_op=True)
     peer = NEXT_RANK if n.peer == NEXT else PREV_RANK
     if n.type == SEND:
         return make_node(n.id, n.name, NodeType.COMM_SEND_NODE, **common, comm_src=SELF, comm_dst=peer,

@@ -139,9 +139,6 @@ def lowered_programs(work: Workload, hw: Hardware, options: ProgramOptions | Non
     Durations come from :func:`stageopt.program.durations.node_durations`, the
     replay's own numbers, so a change to the kernel model reaches the traces.
     """
-    if work.plan.offload_layers:
-        raise ConfigError(f"plan: offload_layers={work.plan.offload_layers}: the Chakra traces do not carry host "
-                          "copies yet; simulate it with --backend analytical or replay")
     programs = build_programs(work, options)
     split = split_kinds(work.plan, set().union(*(p.groups_used() for p in programs)), hw.node.gpus)
     out = [split_program(*split_buckets(p, compute_micros(p, node_durations(p, work, hw)), work.plan), split)
@@ -166,7 +163,8 @@ def generate(work: Workload, hw: Hardware, out: Path | str, *, ranks: Sequence[i
     kinds = set().union(*(p.groups_used() for p in programs))
     groups = GroupTable(plan, kinds, hw.node.gpus)
     whole_world = any("@" not in k and group_size(plan, k) == world for k in kinds)
-    configs = write_astra_sim_configs(hw, world, out, dtype=plan.dtype, subgroups_only=not whole_world)
+    configs = write_astra_sim_configs(hw, world, out, dtype=plan.dtype, subgroups_only=not whole_world,
+                                      host_copies=plan.offload_layers > 0)
     system = json.loads(configs.system.read_text(encoding="utf-8"))
     write_comm_groups(out / GROUPS_NAME, groups.comm_groups())
     per_stage = world // plan.pp

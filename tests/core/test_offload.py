@@ -12,6 +12,8 @@ slot with Transformer Engine's waits, must expose the same.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stageopt.errors import ConfigError, InfeasiblePlan
@@ -23,7 +25,8 @@ from stageopt.launch import launch_settings
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
 from stageopt.hardware import load_hardware
-from stageopt.program.generate import lowered_programs
+from stageopt.chakra import NodeType, node_attrs, read_trace
+from stageopt.program.generate import generate
 from stageopt.sim.replay import ReplaySimulator
 from stageopt.sim.run import simulate_plan, workload_for
 from stageopt.workload import peak_memory
@@ -105,10 +108,19 @@ def test_replay_runs_the_copies_as_the_analytical_model_prices_them(link):
         analytical.time_breakdown_s["activation_offload"], rel=1e-6, abs=1e-9)
 
 
-def test_traces_and_unknown_links_refuse():
+def test_traces_carry_the_copies_as_astra_sim_memory_nodes(tmp_path):
+    """Offloads and reloads are MEM_STORE / MEM_LOAD nodes on ASTRA-sim's CPU slot, timed by per-GPU remote
+    memory at the host link's bandwidth; a link left unknown is a one-line error."""
     work = workload_for(MODEL, f"{PLAN} offload_layers=2", None, model_set=LAYERS)
-    with pytest.raises(ConfigError, match="Chakra traces"):
-        lowered_programs(work, load_hardware("h100-sxm"))
+    generate(work, load_hardware("h100-sxm"), tmp_path)
+    memory = json.loads((tmp_path / "memory.json").read_text())
+    assert memory == {"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-latency": 0, "remote-mem-bw": 64}
+    nodes = read_trace(tmp_path / "workload.0.et").nodes
+    stores = [n for n in nodes if n.type == NodeType.MEM_STORE_NODE]
+    loads = [n for n in nodes if n.type == NodeType.MEM_LOAD_NODE]
+    assert len(stores) == len(loads) == 2 * work.plan.microbatches  # 2 layers, every micro-batch
+    attrs = node_attrs(stores[0])
+    assert attrs["is_cpu_op"] is True and attrs["tensor_size"] == int(layer_saved_bytes())
     with pytest.raises(ConfigError, match="host_link_gbps"):
         simulate(f"{PLAN} offload_layers=2", hw_set=["gpu.host_link_gbps=null"])
 

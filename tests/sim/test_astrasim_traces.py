@@ -100,6 +100,7 @@ PLANS = [  # (model, plan, gpus): dense, interleaved, cp, MoE ep, ZeRO-3 across 
     ("mixtral-8x7b", "tp=2 ep=4 pp=2 dp=4 mbs=1 gbs=8", 16),
     ("llama3-8b", "tp=8 dp=2 mbs=1 gbs=4 zero=3", 16),
     ("llama3-8b", "pp=2 dp=4 mbs=1 gbs=8 zero=1", 8),
+    ("llama3-8b", "dp=8 mbs=1 gbs=16 zero=1 offload_layers=2", 8),  # host copies: MEM nodes on the CPU slot
 ]
 
 
@@ -111,7 +112,7 @@ def test_astra_sim_semantics_reproduce_the_replay(tmp_path: Path, model: str, pl
                               simulator=ReplaySimulator(dp_stream="shared"))
     generate(work, load_hardware("h100-sxm"), tmp_path)
     astra = replay_trace_set(tmp_path / "workload", tmp_path / "comm_groups.json", tmp_path / "system.json",
-                             tmp_path / "network.yml").max_cycles * 1e-9
+                             tmp_path / "network.yml", memory_path=tmp_path / "memory.json").max_cycles * 1e-9
     # 0.5%: a direct all-to-all through a switch is written one message at a time (direct1), which pays
     # the latency per peer where the model pays it once; on these 4-layer models that shows
     assert astra == pytest.approx(est.iteration_time_s, rel=0.005)
