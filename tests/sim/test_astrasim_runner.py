@@ -205,6 +205,16 @@ def test_exit_0_with_critical_line(tmp_path: Path, inputs: dict[str, Path]) -> N
         run_astra_sim(binary=exe, **inputs)
 
 
+def test_statistics_warning_about_cpu_slot_nodes_is_not_a_failure(tmp_path: Path, inputs: dict[str, Path]) -> None:
+    """ASTRA-sim 518bd51 prints this [critical] line from its statistics pass once a rank when a trace holds
+    CPU-slot nodes (activation offloading's MEM nodes), after every rank finished; the cycles stand."""
+    warning = ("[t] [system] [critical] warning! a callable is removed before call Only GPU and COMM types are "
+               "supported for overlap extraction\n")
+    exe = _canned(tmp_path, _log(exiting=False) + warning * N + "[t] [system] [warning] Exiting\n")
+    result = run_astra_sim(binary=exe, **inputs)
+    assert result.max_cycles == 1000 + 10 * (N - 1)
+
+
 MALLOC = "malloc_consolidate(): unaligned fastbin chunk detected\n"
 
 
