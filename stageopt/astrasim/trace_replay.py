@@ -15,8 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from stageopt.astrasim.collective_timing import SIMULATED_TYPES
-from stageopt.astrasim.configs import (NetworkConfig, RemoteMemoryConfig, SystemConfig, read_memory_config,
-                                      read_network_config, read_system_config)
+from stageopt.astrasim.configs import (
+    NetworkConfig,
+    RemoteMemoryConfig,
+    SystemConfig,
+    read_memory_config,
+    read_network_config,
+    read_system_config,
+)
 from stageopt.astrasim.events import simulate
 from stageopt.astrasim.records import Op, OpKind, Slot
 from stageopt.chakra import CommType, NodeType, node_attrs, read_comm_groups, read_trace

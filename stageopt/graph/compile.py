@@ -18,10 +18,10 @@ from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.layout import PARTIAL
 from stageopt.graph.overlap import overlap_partners
-from stageopt.model.layer_types import HEAD_KINDS
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
+from stageopt.model.layer_types import HEAD_KINDS
 
 PHASES = ("fwd", "bwd", "recompute")
 COMPUTE_KINDS = ("matmul", "attention", "vector")

@@ -16,9 +16,9 @@ from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
 from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
-from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields, check_dispatcher,
-                                           check_expert_tp, check_offload, check_pipeline_fields,
-                                           check_recompute_modules, check_sharding)
+from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields,  # noqa: F401 (re-exported)
+                                           check_dispatcher, check_expert_tp, check_offload,
+                                           check_pipeline_fields, check_recompute_modules, check_sharding)
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")

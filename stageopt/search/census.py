@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stageopt.console.progress import progress as progress_bar
-
 from stageopt.errors import ConfigError
 from stageopt.search.candidate import Candidate, HardwareCatalog
 from stageopt.search.census_grid import enumerate_space, flat_indices

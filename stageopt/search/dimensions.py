@@ -25,9 +25,9 @@ from typing import Any, Union
 import optuna
 
 from stageopt.errors import ConfigError
+from stageopt.hardware import Hardware
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_COUNT, PLAN_BOUNDS, check_count
-from stageopt.hardware import Hardware
 from stageopt.parallel.plan import CP_COMMS, DTYPES, RECOMPUTE, SCHEDULES, Plan
 from stageopt.parallel.plan_checks import DISPATCHERS
 

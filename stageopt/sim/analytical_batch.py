@@ -20,9 +20,9 @@ micro-batch's backward when ``dp_overlap``) and the optimizer step.
 
 from __future__ import annotations
 
-
 import numpy as np
 
+from stageopt.graph.compile import saved_bytes_key
 from stageopt.hardware import Hardware
 from stageopt.hardware.network import pipeline_message_time
 from stageopt.model.layer_types import block_kinds, model_block_counts
@@ -33,7 +33,6 @@ from stageopt.sim.analytical_pipeline import stage_column, stage_tables
 from stageopt.sim.analytical_schedules import apply_split_schedules
 from stageopt.sim.analytical_stages import stage_memory, stage_time_parts
 from stageopt.sim.analytical_tail import stage_tail, zero3_exposed
-from stageopt.graph.compile import saved_bytes_key
 from stageopt.workload.memory import GIB
 from stageopt.workload.offload import exposed_copy_seconds, offloaded_bytes, offloaded_layer_counts
 

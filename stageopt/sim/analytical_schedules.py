@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
-from stageopt.workload.memory import loss_held
 from stageopt.model.layer_types import HEAD_KINDS
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
@@ -31,6 +30,7 @@ from stageopt.parallel.schedule import schedule_orders
 from stageopt.parallel.schedule_dag import PAIR, compile_dag
 from stageopt.sim.analytical_pipeline import SEND_COLUMNS, chunk_tables
 from stageopt.sim.analytical_stages import stage_time_parts
+from stageopt.workload.memory import loss_held
 
 SPLIT_SCHEDULES = ("zbh1", "zbv", "dualpipe", "dualpipev")
 

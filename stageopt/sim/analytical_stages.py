@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
-from stageopt.workload.memory import loss_held, loss_peak_extra, zero3_gathered_layers
 from stageopt.model.layer_types import HEAD_KINDS, is_layer
 from stageopt.parallel.plan import Plan
+from stageopt.workload.memory import loss_held, loss_peak_extra, zero3_gathered_layers
 
 
 def stage_time_parts(cost: dict, comp: dict, t_p2p: np.ndarray, c: dict) -> dict[str, np.ndarray]:

@@ -22,7 +22,6 @@ from stageopt.sim.base import Estimate, Simulator, estimate_from_times
 from stageopt.sim.stage_replay import BACKGROUND_PHASES, replay_stages
 from stageopt.workload import Workload
 
-
 DP_STREAMS = ("background", "shared")
 
 

@@ -24,9 +24,9 @@ from stageopt.hardware import Hardware, apply_hw_overrides
 from stageopt.hardware.headroom import memory_fit
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.run import hardware_for, workload_for
-from stageopt.workload import Workload
 from stageopt.validation.flops import source_flops
 from stageopt.validation.runs import PublishedRun
+from stageopt.workload import Workload
 
 
 @dataclass(frozen=True)

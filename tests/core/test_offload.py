@@ -16,16 +16,16 @@ import json
 
 import pytest
 
+from stageopt.chakra import NodeType, node_attrs, read_trace
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import load_profile
 from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block
 from stageopt.graph.symbols import symbol_values
+from stageopt.hardware import load_hardware
 from stageopt.launch import launch_settings
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
-from stageopt.hardware import load_hardware
-from stageopt.chakra import NodeType, node_attrs, read_trace
 from stageopt.program.generate import generate
 from stageopt.sim.replay import ReplaySimulator
 from stageopt.sim.run import simulate_plan, workload_for
