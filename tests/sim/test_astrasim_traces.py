@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 
 import stageopt.program.durations as durations_module
+from stageopt.astrasim.configs import RemoteMemoryConfig, read_memory_config
 from stageopt.astrasim.trace_replay import replay_trace_set
 from stageopt.chakra import NodeType, read_comm_groups, read_trace
+from stageopt.errors import ConfigError
 from stageopt.hardware import load_hardware
 from stageopt.program import build_programs
 from stageopt.program.chakra_emit import compute_micros
@@ -116,3 +118,23 @@ def test_astra_sim_semantics_reproduce_the_replay(tmp_path: Path, model: str, pl
     # 0.5%: a direct all-to-all through a switch is written one message at a time (direct1), which pays
     # the latency per peer where the model pays it once; on these 4-layer models that shows
     assert astra == pytest.approx(est.iteration_time_s, rel=0.005)
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-bw": 0}', "remote-mem-bw"),
+    ('{"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-bw": 64, "remote-mem-latency": -1}', "remote-mem-latency"),
+    ('{"memory-type": "HBM"}', "memory-type"),
+    ('[1, 2]', "JSON object"),
+])
+def test_malformed_remote_memory_files_are_one_line_errors(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "memory.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        read_memory_config(path)
+
+
+def test_remote_memory_access_time_is_astra_sims_integer_nanoseconds() -> None:
+    # the analytical remote-memory backend: latency + size / bandwidth (GB/s = bytes per ns), truncated
+    memory = RemoteMemoryConfig(memory_type="PER_NPU_MEMORY_EXPANSION", latency_ns=5, bandwidth_gbps=64)
+    assert memory.access_ns(1_000_000) == 5 + 15625
+    assert memory.access_ns(100) == 5 + 1
