@@ -84,6 +84,10 @@ class FrameworkProfile:
     of its input for the weight gradient (Transformer Engine); otherwise it
     keeps the high-precision input and casts it again in backward (torchao's
     Float8Linear), so FP8 saves what bf16 saves.
+    ``sp_saves_shard``: with sequence parallelism a tensor-parallel all-gather's
+    output that backward reads is saved as its 1/tp shard and gathered again in
+    backward (Megatron-LM's sequence parallelism); otherwise it is saved whole and
+    not gathered again (DTensor's redistribution in torchtitan).
     """
 
     name: str
@@ -114,6 +118,7 @@ class FrameworkProfile:
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
     cross_entropy: Literal["te_fused", "in_place", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False
+    sp_saves_shard: bool = True
 
     def __post_init__(self) -> None:
         if not self.name:

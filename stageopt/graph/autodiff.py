@@ -6,7 +6,9 @@ gradient of a conversion is converted back (all-gather <-> reduce-scatter,
 all-reduce <-> identity, all-to-all <-> all-to-all). A forward tensor that
 backward reads is *saved*; when it was produced by an all-gather, the shard is
 saved instead and the all-gather is re-run in backward (as Megatron does for
-sequence parallelism), so activation memory stays sharded. Each saved tensor
+sequence parallelism), so activation memory stays sharded. A stack that keeps
+the gathered tensor of a tensor-parallel all-gather (DTensor's redistribution,
+torchtitan) saves it whole and gathers nothing in backward (``tp_regather``). Each saved tensor
 records who reads it: an FP8-capable weight-gradient GEMM (which, in FP8
 training, keeps only the FP8 copy of its input) or anything else (which needs
 the high-precision tensor).
@@ -36,8 +38,9 @@ class Backward:
 
 
 class _Differentiator:
-    def __init__(self, fwd: GraphBuilder) -> None:
+    def __init__(self, fwd: GraphBuilder, tp_regather: bool = True) -> None:
         self.fwd = fwd
+        self.tp_regather = tp_regather
         self.bwd = GraphBuilder(phase="bwd")
         self.grads: dict[int, list[Tensor]] = {}
         self.saved: dict[int, Tensor] = {}
@@ -52,7 +55,8 @@ class _Differentiator:
         ``fp8_wgrad``: the reader is an FP8-capable weight-gradient GEMM.
         """
         op = self.fwd.producer.get(t.uid)
-        if op is not None and op.kind == "comm" and op.collective.kind == "all_gather":
+        if (op is not None and op.kind == "comm" and op.collective.kind == "all_gather"
+                and (self.tp_regather or op.collective.axis != "tp")):
             source = self.fetch(op.inputs[0], fp8_wgrad)
             before = len(self.bwd.ops)
             gathered = self.bwd.convert(source, t.layout)
@@ -177,9 +181,13 @@ class _Differentiator:
 
 
 def differentiate(fwd: GraphBuilder, output: Tensor, output_grad: Tensor | None,
-                  block_input: Tensor | None) -> Backward:
-    """Backward ops for the forward ops in ``fwd``; ``output_grad`` seeds it (None for a loss)."""
-    d = _Differentiator(fwd)
+                  block_input: Tensor | None, tp_regather: bool = True) -> Backward:
+    """Backward ops for the forward ops in ``fwd``; ``output_grad`` seeds it (None for a loss).
+
+    ``tp_regather``: a tensor-parallel all-gather's output is saved as its shard and re-gathered in
+    backward (Megatron); otherwise saved whole.
+    """
+    d = _Differentiator(fwd, tp_regather)
     if output_grad is not None:
         d.add_grad(output, output_grad)
     else:

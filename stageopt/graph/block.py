@@ -75,7 +75,7 @@ def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     """Forward ops, backward from per-op rules, and recompute applied (layers only)."""
     fwd, x, y = _forward(kind, arch)
     seed = None if kind in HEAD_KINDS else fwd.derive(y, f"d{y.name}", role="grad")
-    back = differentiate(fwd, y, seed, x)
+    back = differentiate(fwd, y, seed, x, arch.tp_regather)
     weights: dict[int, Tensor] = {}
     for op in fwd.ops:
         for t in op.inputs:
@@ -220,4 +220,4 @@ def arch_of(model, plan) -> Arch:
                 attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
                 cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0,
                 selective=f"modules:{plan.recompute_modules}" if plan.recompute_modules else stack.selective_recompute,
-                expert_tp=plan.etp == 0)
+                expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard)
