@@ -7,8 +7,9 @@ tensors each chunk saves for backward (from the graph, by recompute mode)
 times the micro-batches the schedule holds in flight at its peak; under a
 zero-bubble schedule a micro-batch between its input- and weight-gradient
 passes still holds what the weight gradients read. ``other``
-holds fp32 logits kept for the loss and the loss's own peak beyond them, the working set of a fully recomputed
-layer during its backward, and ZeRO-3's gathered parameter buffers.
+holds what the loss keeps for backward and its peak beyond that (by the stack's
+cross-entropy), the working set of a fully recomputed layer during its backward,
+and ZeRO-3's gathered parameter buffers.
 """
 
 from __future__ import annotations
