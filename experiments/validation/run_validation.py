@@ -2,7 +2,8 @@
 
 Prints, per source, the rows simulated, MAPE and mean signed error (positive:
 predicted faster than measured); overall figures; rank correlation and top-1
-regret within each family of plans; the published runs whose predicted memory
+regret within each family of plans; setups published more than once and the
+error floor their spread sets; the published runs whose predicted memory
 exceeds the GPU (they ran, so each is a memory-model miss a search would act
 on: it would discard that plan); and the rows that cannot be expressed yet.
 Writes results.csv (one line per row) and parity.png beside this script.
@@ -16,7 +17,7 @@ import csv
 import sys
 from pathlib import Path
 
-from stageopt.validation import family_ranking, load_runs, mape, predict_all
+from stageopt.validation import family_ranking, load_runs, mape, predict_all, repeated_setups
 from stageopt.validation.compare import by_key
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +56,21 @@ def parity_plot(comps, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
+def print_repeats(comps) -> None:
+    """Setups published more than once (successive releases): what no single prediction can fit."""
+    repeats = repeated_setups(comps)
+    if not repeats:
+        return
+    print(f"\n{len(repeats)} setups measured more than once (same model, plan, profile, hardware):")
+    print(f"  {'rows':<58} {'spread':>7} {'floor':>6}")
+    for rows, spread, floor in repeats:
+        ids = ", ".join(c.run.id for c in rows)
+        print(f"  {ids[:58]:<58} {100 * spread:>6.1f}% {100 * floor:>5.1f}%")
+    in_repeats = sum(len(rows) for rows, _, _ in repeats)
+    floor_all = sum(len(rows) * floor for rows, _, floor in repeats) / len(comps)
+    print(f"  these {in_repeats} rows alone keep the all-rows MAPE at or above {100 * floor_all:.1f}%")
+
+
 def main() -> None:
     runs = load_runs(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "published_runs.csv")
     comps, refused = predict_all(runs)
@@ -66,6 +82,7 @@ def main() -> None:
     print(f"\n{'family':<32} {'runs':>4} {'rho':>6} {'top-1 regret':>13}")
     for name, (n, rho, regret) in sorted(family_ranking(comps).items()):
         print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
+    print_repeats(comps)
     misses = [c for c in comps if c.free_gib < 0]
     print(f"\n{len(misses)} of {len(comps)} published runs predicted not to fit their GPU's memory:")
     for c in sorted(misses, key=lambda c: c.free_gib):

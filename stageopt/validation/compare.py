@@ -144,3 +144,27 @@ def family_ranking(comps: Sequence[Comparison]) -> dict[str, tuple[int, float, f
         regret = float(measured.max() / measured[int(np.argmax(predicted))] - 1)
         out[name] = (len(group), rho, regret)
     return out
+
+
+def repeated_setups(comps: Sequence[Comparison]) -> list[tuple[list[Comparison], float, float]]:
+    """Rows that describe the same setup (model, GPUs, plan, stack profile, hardware, metric) measured more
+    than once, e.g. in successive framework releases: ``(rows, spread, floor)`` per setup.
+
+    ``spread`` is the largest over the smallest measured throughput, minus one. ``floor`` is the lowest
+    mean absolute error any single prediction can reach on those rows: the model answers one number for
+    one setup, so whatever differs between the measurements (software release, noise) is out of its reach.
+    The mean of ``|p/m - 1|`` is piecewise linear and convex in ``p``, so its minimum lies at a measured value.
+    """
+    def setup(c: Comparison) -> str:
+        r = c.run
+        return "|".join((r.model, ",".join(r.model_set), str(r.gpus), r.plan, r.framework, r.hardware,
+                         ",".join(r.hw_set), r.metric))
+
+    out = []
+    for group in by_key(comps, setup).values():
+        if len(group) < 2:
+            continue
+        measured, _ = _throughputs(group)
+        floor = min(float(np.mean(np.abs(p / measured - 1))) for p in measured)
+        out.append((group, float(measured.max() / measured.min() - 1), floor))
+    return sorted(out, key=lambda item: -item[1])

@@ -84,3 +84,22 @@ def test_families_rank_time_rows_by_tokens_per_second(runs):
              for r, (m, p, t) in zip(rows, data)]
     n, rho, regret = family_ranking(comps)["f"]
     assert (n, rho, regret) == (3, 1.0, 0.0)
+
+
+def test_a_setup_measured_twice_bounds_what_one_prediction_can_reach():
+    """Two releases ran one plan at 100 and 50 tokens/s: any single prediction p errs by
+    (|p/100 - 1| + |p/50 - 1|) / 2, smallest at p = 50 (0.25, against 0.5 at p = 100)."""
+    from dataclasses import replace
+
+    from stageopt.validation import Comparison, PublishedRun, repeated_setups
+
+    base = PublishedRun(id="a", source="s", family="", model="m", model_set=(), gpus=8, plan="tp=8", framework="f",
+                        hardware="h", hw_set=(), metric="tokens_per_s_per_gpu", value=100.0, flops_formula="",
+                        status="ok", certainty="", citation="c", assumptions="")
+    later = replace(base, id="b", value=50.0)
+    other = replace(base, id="c", plan="tp=4", value=70.0)
+    comps = [Comparison(run=r, measured=r.value, predicted=80.0, iteration_time_s=1.0) for r in (base, later, other)]
+    [(rows, spread, floor)] = repeated_setups(comps)
+    assert {c.run.id for c in rows} == {"a", "b"}
+    assert spread == pytest.approx(1.0)
+    assert floor == pytest.approx(0.25)
