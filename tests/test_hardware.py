@@ -325,24 +325,6 @@ def test_more_bandwidth_is_never_slower() -> None:
 
 # ----------------------------------------------------------------------------- ASTRA-sim configs
 
-def test_a_ring_through_many_nodes_pays_the_network_latency_only_where_it_crosses_a_node() -> None:
-    # 2,240 ranks with stride 1 on DGX A100 (8 per node): 280 nodes. The ring's 2,239 all-gather
-    # steps cross a node boundary 279 times (NCCL's tuning model: nInterSteps = nNodes - 1) and
-    # take an NVLink hop the other 1,960 times. Bandwidth: the node's 8 NICs carry the ring.
-    from stageopt.hardware.network import collective_time
-
-    hw = load_hardware("a100-80g")
-    node, net = hw.tiers
-    size = 2.0e9
-    latency = 279 * net.latency_us + 1960 * node.latency_us
-    bus = min(node.achieved_gbps, 8 * net.achieved_gbps)
-    expected = latency * 1e-6 + 2239 / 2240 * size / (bus * 1e9)
-    assert float(collective_time(hw, "all_gather", size, 2240, 1)) == pytest.approx(expected)
-    # A group one rank per node crosses on every step, as before.
-    every = 2239 * net.latency_us * 1e-6 + 2239 / 2240 * size / (net.achieved_gbps * 1e9)
-    assert float(collective_time(hw, "all_gather", size, 2240, 8)) == pytest.approx(every)
-
-
 
 def test_network_dims_from_tiers() -> None:
     hw = load_hardware("h100-sxm")

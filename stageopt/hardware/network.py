@@ -9,11 +9,13 @@ efficiency nccl-tests measures for large messages). A group inside one domain
 runs the domain's algorithm. A group spanning domains runs the way NCCL's rings
 do: one ring through all members, several channels in parallel, each leaving a
 domain through its own NIC (rail-optimized), so the ring's bandwidth is the
-smaller of the NVLink bandwidth and the domain's ``n_in`` NICs together. Only
-the steps that cross a domain boundary wait for the scale-out latency (as many
-as the algorithm takes over ``n_out`` domains); the rest are NVLink hops at the
-domain's latency (NCCL's tuning model: ``nInterSteps = nNodes - 1`` of a ring
-all-gather's ``nRanks - 1``, src/graph/tuning.cc). All-to-all sends the share of each
+smaller of the NVLink bandwidth and the domain's ``n_in`` NICs together, and
+every step waits for the scale-out latency. That uniform charge stands in for
+NCCL's Simple protocol, which large buckets use: its ring hops cost ~3.4 us on
+NVLink and ~10-14 us on the network (src/graph/tuning.cc), about 5 us a step
+on average for eight ranks a node. Charging NVLink hops at the tier's
+small-message latency instead was tried twice and dropped (see
+experiments/validation/README.md, "Tried and dropped"). All-to-all sends the share of each
 rank's buffer bound for other domains over the scale-out tier.
 """
 
@@ -92,12 +94,9 @@ def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: 
         inter = outer.latency_us * 1e-6 + off_node / (outer.achieved_gbps * 1e9)
         in_domain = _tier_time(inner, kind, np.where(dedup, size, size * n_in / n), n_in)
         return np.where(n_out > 1, in_domain + inter, inside)
-    algorithm = outer.collectives.for_kind(kind)
-    steps, factor = alpha_beta_terms(kind, algorithm, n)
-    crossings, _ = alpha_beta_terms(kind, algorithm, n_out)
-    latency = crossings * outer.latency_us + (steps - crossings) * inner.latency_us
+    steps, factor = alpha_beta_terms(kind, outer.collectives.for_kind(kind), n)
     ring_gbps = np.minimum(inner.achieved_gbps, n_in * outer.achieved_gbps)
-    spanning = latency * 1e-6 + factor * size / (ring_gbps * 1e9)
+    spanning = steps * outer.latency_us * 1e-6 + factor * size / (ring_gbps * 1e9)
     return np.where(n_out > 1, spanning, inside)
 
 
