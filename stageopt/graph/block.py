@@ -16,7 +16,7 @@ from stageopt.graph.ssm import mamba2
 from stageopt.graph.symbols import SW
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
-from stageopt.model.layer_types import HEAD_KINDS, LAYER_KINDS, MTP_KINDS, is_layer, kind_parts
+from stageopt.model.layer_types import HEAD_KINDS, LAYER_KINDS, MTP_KINDS, base_kind, is_layer, is_stored, kind_parts
 
 BLOCK_KINDS = ("embedding", *LAYER_KINDS, *MTP_KINDS, "head")
 
@@ -73,6 +73,8 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
 @lru_cache(maxsize=64)
 def build_block(kind: str, arch: Arch, recompute: str) -> BlockGraph:
     """Forward ops, backward from per-op rules, and recompute applied (layers only)."""
+    if is_stored(kind):  # a layer partial recompute keeps whole
+        kind, recompute = base_kind(kind), "none"
     fwd, x, y = _forward(kind, arch)
     seed = None if kind in HEAD_KINDS else fwd.derive(y, f"d{y.name}", role="grad")
     back = differentiate(fwd, y, seed, x, arch.tp_regather)

@@ -98,9 +98,10 @@ def _data_parallel(plan: Plan) -> dict[str, object]:
 
 
 def _recompute(plan: Plan) -> dict[str, object]:
-    if plan.recompute == "full":
-        return {"model.recompute_granularity": "full", "model.recompute_method": "uniform",
-                "model.recompute_num_layers": 1}
+    if plan.recompute == "full":  # every layer (uniform, 1), or the first N of each chunk (block, N)
+        return {"model.recompute_granularity": "full",
+                "model.recompute_method": "block" if plan.recompute_layers else "uniform",
+                "model.recompute_num_layers": plan.recompute_layers or 1}
     out: dict[str, object] = {"model.recompute_granularity": "selective" if plan.recompute == "selective" else None}
     if plan.recompute_modules:
         out["model.recompute_modules"] = plan.recompute_modules.split("+")

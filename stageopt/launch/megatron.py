@@ -120,6 +120,9 @@ def _memory(plan: Plan) -> list[Flag]:
     if plan.recompute == "selective":
         modules = [("--recompute-modules", plan.recompute_modules.replace("+", " "))] if plan.recompute_modules else []
         return [("--recompute-granularity", "selective"), *modules]
+    if plan.recompute == "full" and plan.recompute_layers:  # only the first N layers of each chunk
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", str(plan.recompute_layers))]
     if plan.recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     return []

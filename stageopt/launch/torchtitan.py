@@ -17,6 +17,8 @@ How stageopt's plan maps:
 * Pipeline stages get exactly the simulated layers (``module_fqns_per_model_part``).
 * ``recompute=selective`` becomes torchtitan's op-level selective checkpointing
   (recompute cheap ops, keep matmul and attention outputs), the nearest it has.
+* ``recompute=full recompute_layers=N`` becomes per-layer selective checkpointing
+  every k-th layer, k = the chunk's layers / N (the same number of recomputed layers).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def torchtitan_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
         config.setdefault("model", {})["converters"] = converters
     config["training"] = _training(model, plan)
     config["parallelism"] = _parallelism(model, plan, notes)
-    config["activation_checkpoint"] = _checkpointing(plan)
+    config["activation_checkpoint"] = _checkpointing(model, plan)
     if plan.tp_overlap and plan.tp > 1:
         config["compile"] = {"enable": True, "components": ["model", "loss"]}  # async TP runs only compiled
     if not plan.dp_overlap:
@@ -126,7 +128,20 @@ def module_fqns(counts: list[int]) -> list[list[str]]:
     return parts
 
 
-def _checkpointing(plan: Plan) -> dict[str, Any]:
+def _checkpointing(model: ModelSpec, plan: Plan) -> dict[str, Any]:
     if plan.recompute == "selective":
         return {"mode": "selective", "selective_ac_option": "op"}
+    if plan.recompute_layers:
+        return {"mode": "selective", "selective_ac_option": str(_checkpoint_every(model, plan))}
     return {"mode": plan.recompute}
+
+
+def _checkpoint_every(model: ModelSpec, plan: Plan) -> int:
+    """torchtitan's per-layer selective option checkpoints every k-th layer of a model part: the same count
+    of recomputed layers as ``recompute_layers`` when every chunk holds k times that many."""
+    n, layers = plan.recompute_layers, set(chunk_layers(model, plan))
+    if len(layers) != 1 or next(iter(layers)) % n:
+        raise refuse("torchtitan", f"recompute_layers={n} recomputes the first {n} layers of each chunk, and "
+                     f"torchtitan checkpoints every k-th layer instead; its chunks hold {sorted(layers)} layers",
+                     "export with a recompute_layers that divides every chunk's layer count")
+    return next(iter(layers)) // n

@@ -35,13 +35,33 @@ _PARTS = {name: parts for parts, name in _NAMES.items()}
 LAYER_KINDS = tuple(_PARTS)
 
 
+# Suffix of a decoder layer kept whole under partial full recompute (Megatron-Core's
+# --recompute-method block --recompute-num-layers N recomputes only the first N layers of each chunk):
+# the same block, compiled without recompute.
+STORED = "+stored"
+
+
+def stored(kind: str) -> str:
+    """The kind of a layer of ``kind`` that partial recompute leaves stored."""
+    return kind + STORED
+
+
+def is_stored(kind: str) -> bool:
+    return kind.endswith(STORED)
+
+
+def base_kind(kind: str) -> str:
+    """The block a kind builds (a stored layer is its layer kind without recompute)."""
+    return kind.removesuffix(STORED)
+
+
 def kind_parts(kind: str) -> tuple[str, str]:
     """(mixer, feed-forward) of a layer block kind: mixer attn|swa|mamba|none, ffn mlp|moe|none."""
-    return _PARTS[kind]
+    return _PARTS[base_kind(kind)]
 
 
 def is_layer(kind: str) -> bool:
-    return kind in _PARTS
+    return base_kind(kind) in _PARTS
 
 
 def layer_char(spec, index: int) -> str:
@@ -72,10 +92,22 @@ def mtp_layer_kind(spec) -> str:
     return layer_kind(spec, spec.layers - 1)
 
 
-def block_kinds(spec) -> tuple[str, ...]:
-    """Every block kind a model needs: embedding, its layer kinds (first-seen order), MTP parts, head."""
+def block_kinds(spec, with_stored: bool = False) -> tuple[str, ...]:
+    """Every block kind a model needs: embedding, its layer kinds (first-seen order), MTP parts, head;
+    ``with_stored`` adds each layer kind's stored variant (partial full recompute)."""
     mtp = MTP_KINDS if getattr(spec, "mtp_layers", 0) else ()
-    return ("embedding", *dict.fromkeys(layer_kinds(spec)), *mtp, "head")
+    layers = tuple(dict.fromkeys(layer_kinds(spec)))
+    extra = tuple(stored(k) for k in layers) if with_stored else ()
+    return ("embedding", *layers, *extra, *mtp, "head")
+
+
+def chunk_layer_kinds(spec, start: int, count: int, recomputed: int | None = None) -> tuple[str, ...]:
+    """Kinds of the ``count`` decoder layers from layer ``start`` on, as one model chunk holds them: with
+    ``recomputed`` set (partial full recompute), the layers after the chunk's first ``recomputed`` are stored."""
+    kinds = layer_kinds(spec)[start:start + count]
+    if recomputed is None:
+        return kinds
+    return tuple(k if i < recomputed else stored(k) for i, k in enumerate(kinds))
 
 
 def model_block_counts(spec) -> dict[str, int]:

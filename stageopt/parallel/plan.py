@@ -18,7 +18,8 @@ from stageopt.inputs.gate import clip, shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields,  # noqa: F401 (re-exported)
                                            check_dispatcher, check_expert_tp, check_offload,
-                                           check_pipeline_fields, check_recompute_modules, check_sharding)
+                                           check_pipeline_fields, check_recompute_layers, check_recompute_modules,
+                                           check_sharding)
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
@@ -80,6 +81,10 @@ class Plan:
     Megatron-Core allows it only without pipeline parallelism and without
     recompute; the host link is the hardware's ``gpu.host_link_gbps``.
 
+    ``recompute_layers`` (with ``recompute=full``; Megatron-Core's ``--recompute-method block
+    --recompute-num-layers N``) re-runs only the first N decoder layers of each model chunk (each
+    virtual stage under interleaving) and stores the others' activations whole; 0: every layer.
+
     ``adam_moments=bf16`` keeps Adam's two moments in bf16 (Megatron-Core's precision-aware
     optimizer, ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``): 8 bytes of optimizer state per
     parameter instead of 12.
@@ -126,6 +131,7 @@ class Plan:
     recompute_modules: str = ""
     adam_moments: str = "fp32"
     offload_layers: int = 0
+    recompute_layers: int = 0
     framework: FrameworkProfile = field(default_factory=load_profile)
 
     def __post_init__(self) -> None:
@@ -159,8 +165,14 @@ class Plan:
         check_dispatcher(self)
         check_recompute_modules(self)
         check_offload(self)
+        check_recompute_layers(self)
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
+
+    @property
+    def recomputed_per_chunk(self) -> int | None:
+        """Layers of each model chunk that full recompute re-runs (None: all of them)."""
+        return self.recompute_layers if self.recompute == "full" and self.recompute_layers else None
 
     @property
     def cpa(self) -> int:
@@ -280,7 +292,8 @@ class Plan:
                  f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else "",
                  f"recompute_modules={self.recompute_modules}" if self.recompute_modules else "",
                  f"adam_moments={self.adam_moments}" if self.adam_moments != "fp32" else "",
-                 f"offload_layers={self.offload_layers}" if self.offload_layers else ""]
+                 f"offload_layers={self.offload_layers}" if self.offload_layers else "",
+                 f"recompute_layers={self.recompute_layers}" if self.recompute_layers else ""]
         return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
 
     @classmethod
@@ -324,7 +337,7 @@ def _within_bound(name: str, value: int) -> None:
 
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
-               "etp", "cp_a2a", "offload_layers")
+               "etp", "cp_a2a", "offload_layers", "recompute_layers")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)
@@ -336,7 +349,8 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "moe_shared_expert_overlap": "moe_overlap",
             "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
             "data_parallel_shard_degree": "dp_shard",  # torchtitan's name
-            "expert_tensor_parallel_size": "etp", "cpu_offloading_num_layers": "offload_layers"}
+            "expert_tensor_parallel_size": "etp", "cpu_offloading_num_layers": "offload_layers",
+            "recompute_num_layers": "recompute_layers"}
 
 
 def parse_plan_fields(text: str) -> dict[str, object]:

@@ -134,3 +134,13 @@ def check_offload(plan) -> None:
     if n and plan.recompute != "none":
         raise InfeasiblePlan(f"plan: offload_layers={n} with recompute={plan.recompute}; Megatron-Core does not "
                              "offload activations under recompute: set recompute=none or offload_layers=0")
+
+
+def check_recompute_layers(plan) -> None:
+    """Partial full recompute as Megatron-Core's block method takes it: a count with recompute=full."""
+    n = plan.recompute_layers
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise InfeasiblePlan(f"plan field 'recompute_layers' must be a whole number >= 0, got {shorten(n)}")
+    if n and plan.recompute != "full":
+        raise InfeasiblePlan(f"plan: recompute_layers={n} picks how many layers of each chunk full recompute "
+                             f"re-runs; set recompute=full (got recompute={plan.recompute}) or recompute_layers=0")

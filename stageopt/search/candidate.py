@@ -3,7 +3,7 @@
 Why canonical: samplers and the census meet choices that mean the same plan;
 mapping them to one plan makes repeats cache hits that cost nothing (and keeps
 the census from scoring one plan twice); the canonical string is the cache key.
-Rules 3, 4, 6, 7 and 9 merge plans whose every simulated number is provably the
+Rules 3, 4, 6, 7, 9 and 12 merge plans whose every simulated number is provably the
 same (``tests/search/test_canonical.py`` checks each against the analytical
 model and the event replay); rules 1, 2, 5 and 8 give a choice that has no meaning
 its only meaning:
@@ -34,6 +34,8 @@ its only meaning:
     is plain sharding, and without ZeRO there is nothing to shard: dp_shard=0.
 11. Expert TP means nothing on a model without routed experts: etp=0 (the plan also
     resets etp=tp to 0).
+12. recompute_layers means nothing without full recompute: 0 then; and a count at least
+    the model's layers re-runs every layer of every chunk, as 0 does: 0.
 
 Choices that cannot run (divisibility, degrees that do not multiply to the GPU
 count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
@@ -154,6 +156,8 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["moe_overlap"] = False
     if not model.is_moe:
         v["etp"] = 0
+    if v["recompute"] != "full" or int(v["recompute_layers"]) >= model.layers:  # type: ignore[arg-type]
+        v["recompute_layers"] = 0
     zero = v["zero"] if v["zero"] is not None else framework.default_zero(dp, cp)
     if int(v["dp_shard"]) >= dp or zero == 0:  # type: ignore[arg-type]
         v["dp_shard"] = 0

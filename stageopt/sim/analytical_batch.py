@@ -25,7 +25,7 @@ import numpy as np
 from stageopt.graph.compile import saved_bytes_key
 from stageopt.hardware import Hardware
 from stageopt.hardware.network import pipeline_message_time
-from stageopt.model.layer_types import block_kinds, model_block_counts
+from stageopt.model.layer_types import block_kinds, is_stored, model_block_counts, stored
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_blocks import block_costs
@@ -118,7 +118,8 @@ def _pick(stages: list[dict], index: np.ndarray, getter) -> np.ndarray:
 
 def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     proto = plans[0]
-    cost = {k: block_costs(model, hw, proto, c, k) for k in block_kinds(model)}
+    partial = any(p.recomputed_per_chunk is not None for p in plans)
+    cost = {k: block_costs(model, hw, proto, c, k) for k in block_kinds(model, with_stored=partial)}
     m = c["gbs"] / (c["mbs"] * c["dp"])
     pp, vpp = c["pp"], c["vpp"]
     stages = _stage_parts(model, hw, plans, cost, c, m)
@@ -142,18 +143,31 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     out["t_optimizer"] = _pick(stages, tail_crit, lambda st: st["tail"]["optimizer"])
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total"):
         out[f"mem_{key}"] = _pick(stages, mem_crit, lambda st: st["mem"][key]) / GIB
-    _rates(model, hw, proto, cost, c, m, iteration, out)
+    _rates(model, hw, plans, cost, c, m, iteration, out)
     return out
 
 
-def _rates(model: ModelSpec, hw: Hardware, proto: Plan, cost: dict, c: dict, m: np.ndarray, iteration: np.ndarray,
-           out: dict[str, np.ndarray]) -> None:
+def recomputed_share(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
+    """Per layer kind, the share of its layers that partial full recompute re-runs, per plan."""
+    tables = stage_tables(model, plans)
+    out = {}
+    for kind in block_kinds(model):
+        if stored(kind) in tables:
+            rerun, kept = tables[kind].sum(axis=1), tables[stored(kind)].sum(axis=1)
+            out[kind] = np.where(rerun + kept > 0, rerun / np.maximum(rerun + kept, 1), 1.0)
+    return out
+
+
+def _rates(model: ModelSpec, hw: Hardware, plans: list[Plan], cost: dict, c: dict, m: np.ndarray,
+           iteration: np.ndarray, out: dict[str, np.ndarray]) -> None:
     """Model and hardware FLOP rates, MFU and tokens per second."""
-    kinds = list(cost)
+    proto = plans[0]
+    kinds = [k for k in cost if not is_stored(k)]
     counts_total = model_block_counts(model)
     ranks = c["dp"] * c["tp"] * c["cp"]
     model_flops = sum(counts_total[k] * (cost[k]["agg"]["fwd_flops"] + cost[k]["agg"]["bwd_flops"]) for k in kinds)
-    recompute_flops = sum(counts_total[k] * cost[k]["agg"]["recompute_flops"] for k in kinds)
+    share = recomputed_share(model, plans) if len(kinds) < len(cost) else {}
+    recompute_flops = sum(counts_total[k] * cost[k]["agg"]["recompute_flops"] * share.get(k, 1.0) for k in kinds)
     gpus = ranks * c["pp"]
     out["model_flops"] = m * ranks * model_flops
     out["hardware_flops"] = m * ranks * (model_flops + recompute_flops)

@@ -26,14 +26,14 @@ STAGE_EXTRA = ("sends", "chunks")  # per stage: messages per micro-batch, chunks
 
 
 def columns(model: ModelSpec) -> tuple[str, ...]:
-    """Per-chunk table columns: the model's block kinds, then SEND_COLUMNS."""
-    return (*block_kinds(model), *SEND_COLUMNS)
+    """Per-chunk table columns: the model's block kinds (stored layer variants included), then SEND_COLUMNS."""
+    return (*block_kinds(model, with_stored=True), *SEND_COLUMNS)
 
 
 def pipeline_key(plan: Plan) -> tuple:
     """The plan fields a stage table depends on."""
     return (plan.schedule, plan.pp, plan.vpp, plan.first_layers, plan.last_layers, plan.embed_split,
-            plan.loss_split, plan.layout)
+            plan.loss_split, plan.layout, plan.recomputed_per_chunk)
 
 
 @lru_cache(maxsize=512)
@@ -43,12 +43,12 @@ def _chunk_table(model: ModelSpec, plan: Plan) -> np.ndarray:
     starts = [sum(st.layers for st in split[:k]) for k in range(len(split))]
     n_model = model_stage_count(plan.schedule, plan.pp, plan.vpp)
     places = [rank_chunks(plan.schedule, plan.pp, plan.vpp, stage) for stage in range(plan.pp)]
-    kinds = block_kinds(model)
+    kinds = block_kinds(model, with_stored=True)
     rows = np.zeros((plan.pp, len(places[0]), len(kinds) + len(SEND_COLUMNS)))
     for stage, row in enumerate(places):
         for place in row:
             k = place.model_stage
-            for kind, count in chunk_blocks_of(model, split[k], starts[k]).items():
+            for kind, count in chunk_blocks_of(model, split[k], starts[k], plan.recomputed_per_chunk).items():
                 rows[stage, place.local, kinds.index(kind)] = count
             for col, step in ((-2, 1), (-1, -1)):
                 rows[stage, place.local, col] = neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev")
@@ -64,13 +64,15 @@ def _table(model: ModelSpec, plan: Plan) -> np.ndarray:
 
 
 def _canonical(plan: Plan) -> Plan:
-    return Plan(pp=plan.pp, vpp=plan.vpp, schedule=plan.schedule, **_split_fields(plan), framework=plan.framework)
+    partial = plan.recomputed_per_chunk
+    return Plan(pp=plan.pp, vpp=plan.vpp, schedule=plan.schedule, **_split_fields(plan), framework=plan.framework,
+                recompute="full" if partial else "none", recompute_layers=partial or 0)
 
 
 def stage_tables(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
     """Per-stage columns as arrays of shape (plans, max pp); ``valid`` marks stages that exist."""
     width = max(p.pp for p in plans)
-    names = (*block_kinds(model), *STAGE_EXTRA)
+    names = (*block_kinds(model, with_stored=True), *STAGE_EXTRA)
     out = np.zeros((len(plans), width, len(names)))
     valid = np.zeros((len(plans), width), dtype=bool)
     by_key: dict[tuple, list[int]] = {}

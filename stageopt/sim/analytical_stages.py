@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
-from stageopt.model.layer_types import HEAD_KINDS, is_layer
+from stageopt.model.layer_types import HEAD_KINDS, is_layer, is_stored
 from stageopt.parallel.plan import Plan
 from stageopt.workload.memory import loss_held, loss_peak_extra, zero3_gathered_layers
 
@@ -66,9 +66,9 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     heads = [np.where(comp[k] > 0, cost[k]["agg"]["logits_bytes"], 0.0) for k in HEAD_KINDS if k in comp]
     other = logits + (loss_peak_extra(proto, np.maximum.reduce(heads)) if heads else 0.0)
     layer_kinds = [k for k in cost if is_layer(k) and k in comp]
-    if proto.recompute == "full":
+    if proto.recompute == "full":  # the working set of a layer recomputed during its backward
         other = other + np.maximum.reduce([np.where(comp[k] > 0, cost[k]["agg"]["working_bytes"], 0)
-                                           for k in layer_kinds])
+                                           for k in layer_kinds if not is_stored(k)])
     biggest = np.maximum.reduce([np.where(comp[k] > 0, cost[k]["agg"]["local_dense"] + cost[k]["agg"]["local_expert"], 0)
                                  for k in layer_kinds])
     other = other + np.where(zero >= 3, zero3_gathered_layers(proto) * biggest * proto.dtype_bytes, 0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stageopt.graph.compile import saved_bytes_key
-from stageopt.model.layer_types import HEAD_KINDS, is_layer
+from stageopt.model.layer_types import HEAD_KINDS, is_layer, is_stored
 from stageopt.parallel.schedule import max_in_flight, peak_in_flight, stage_order
 from stageopt.workload.offload import offloaded_bytes, offloaded_layer_counts
 from stageopt.workload.sharding import Workload
@@ -114,8 +114,8 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
                     order, chunk.local)
     if heads:  # one loss at a time
         other += loss_peak_extra(plan, max(work.value(k, "logits_bytes") for k in heads))
-    if plan.recompute == "full":
-        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
+    if plan.recompute == "full":  # the working set of a layer recomputed during its backward
+        layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k) and not is_stored(k)]
         other += max((work.value(k, "working_bytes") for k in layer_kinds), default=0.0)
     if plan.step_zero >= 3:
         layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]

@@ -14,7 +14,7 @@ from functools import cached_property
 from stageopt.graph.block import arch_of
 from stageopt.graph.compile import CompiledBlock, compile_block
 from stageopt.graph.symbols import symbol_values
-from stageopt.model.layer_types import block_kinds, layer_kinds, mtp_layer_kind
+from stageopt.model.layer_types import block_kinds, chunk_layer_kinds, mtp_layer_kind
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.feasibility import model_stages, validate_plan
 from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
@@ -96,7 +96,8 @@ def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Wor
     """Validate the plan, compile the model's blocks and lay them out over stages."""
     validate_plan(plan, model, gpus)
     arch = arch_of(model, plan)
-    blocks = {k: compile_block(k, arch, plan.recompute) for k in block_kinds(model)}
+    partial = plan.recomputed_per_chunk
+    blocks = {k: compile_block(k, arch, plan.recompute) for k in block_kinds(model, with_stored=partial is not None)}
     sym = symbol_values(model, plan)
     values = {k: b.evaluate(sym) for k, b in blocks.items()}
     split = model_stages(plan, model.layers, model.mtp_layers)
@@ -106,18 +107,19 @@ def build_workload(model: ModelSpec, plan: Plan, gpus: int | None = None) -> Wor
         row = []
         for place in rank_chunks(plan.schedule, plan.pp, plan.vpp, stage):
             k = place.model_stage
-            order = layer_kinds(model)[first_layer[k]:first_layer[k] + split[k].layers]
+            order = chunk_layer_kinds(model, first_layer[k], split[k].layers, partial)
             order += ("mtp", mtp_layer_kind(model), "mtp_head") * split[k].mtp
-            row.append(Chunk(stage, place.local, k, chunk_blocks_of(model, split[k], first_layer[k]), place.copy,
-                             order))
+            row.append(Chunk(stage, place.local, k, chunk_blocks_of(model, split[k], first_layer[k], partial),
+                             place.copy, order))
         chunks.append(row)
     return Workload(model=model, plan=plan, chunks=chunks, blocks=blocks, values=values)
 
 
-def chunk_blocks_of(model: ModelSpec, stage, start: int) -> dict[str, int]:
-    """Block counts of a model stage holding ``stage.layers`` decoder layers from layer ``start`` on."""
+def chunk_blocks_of(model: ModelSpec, stage, start: int, recomputed: int | None = None) -> dict[str, int]:
+    """Block counts of a model stage holding ``stage.layers`` decoder layers from layer ``start`` on
+    (``recomputed``: partial full recompute re-runs only that many of them, the rest are stored kinds)."""
     blocks = {"embedding": int(stage.embedding)}
-    for kind in layer_kinds(model)[start:start + stage.layers]:
+    for kind in chunk_layer_kinds(model, start, stage.layers, recomputed):
         blocks[kind] = blocks.get(kind, 0) + 1
     if stage.mtp:
         blocks["mtp"] = stage.mtp

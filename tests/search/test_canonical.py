@@ -23,6 +23,8 @@ PAIRS = [
     ("tp=1: no TP overlap", f"tp=1 pp=2 tp_overlap=on {BASE}", f"tp=1 pp=2 tp_overlap=off {BASE}"),
     ("pp=1: no uneven split", f"tp=2 pp=1 embed_split=on loss_split=on {BASE}", f"tp=2 pp=1 {BASE}"),
     ("no shared experts: no MoE overlap", f"tp=2 pp=2 moe_overlap=on {BASE}", f"tp=2 pp=2 moe_overlap=off {BASE}"),
+    ("recompute_layers >= layers: every layer", f"tp=2 pp=2 recompute=full recompute_layers=32 {BASE}",
+     f"tp=2 pp=2 recompute=full {BASE}"),
 ]
 # Rule 8 (cp_comm with cp=1) is enforced by Plan itself, which resets it (tests/core/test_cp_variants.py).
 
