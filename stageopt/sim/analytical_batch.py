@@ -72,10 +72,10 @@ def evaluate_plans(model: ModelSpec, hw: Hardware, plans: list[Plan]) -> dict[st
     return out
 
 
-def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], cost: dict, c: dict, m: np.ndarray) -> list[dict]:
+def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict, cost: dict, c: dict,
+                 m: np.ndarray) -> list[dict]:
     """Time parts, tail and memory of every stage (stages a plan lacks are all zeros)."""
     proto = plans[0]
-    tables = stage_tables(model, plans)
     boundary = cost["embedding"]["agg"]["boundary_bytes"]  # the residual stream
     t_p2p = pipeline_message_time(hw, proto, boundary, c["tp"], c["tp"] * c["cp"] * c["dp"])
     stages = []
@@ -122,7 +122,8 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     cost = {k: block_costs(model, hw, proto, c, k) for k in block_kinds(model, with_stored=partial)}
     m = c["gbs"] / (c["mbs"] * c["dp"])
     pp, vpp = c["pp"], c["vpp"]
-    stages = _stage_parts(model, hw, plans, cost, c, m)
+    tables = stage_tables(model, plans)
+    stages = _stage_parts(model, hw, plans, tables, cost, c, m)
     t_stage = np.stack([np.where(st["valid"], st["parts"]["time"], 0.0) for st in stages])
     runs = m * np.where(c["schedule"] == SCHEDULE_CODE["dualpipe"], 0.5, 1.0)  # micro-batches through each chunk
     t_max = t_stage.max(axis=0)
@@ -143,13 +144,13 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     out["t_optimizer"] = _pick(stages, tail_crit, lambda st: st["tail"]["optimizer"])
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total"):
         out[f"mem_{key}"] = _pick(stages, mem_crit, lambda st: st["mem"][key]) / GIB
-    _rates(model, hw, plans, cost, c, m, iteration, out)
+    _rates(model, hw, plans, tables, cost, c, m, iteration, out)
     return out
 
 
-def recomputed_share(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarray]:
-    """Per layer kind, the share of its layers that partial full recompute re-runs, per plan."""
-    tables = stage_tables(model, plans)
+def recomputed_share(model: ModelSpec, tables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per layer kind, the share of its layers that partial full recompute re-runs, per plan (from the
+    plans' stage tables)."""
     out = {}
     for kind in block_kinds(model):
         if stored(kind) in tables:
@@ -158,7 +159,7 @@ def recomputed_share(model: ModelSpec, plans: list[Plan]) -> dict[str, np.ndarra
     return out
 
 
-def _rates(model: ModelSpec, hw: Hardware, plans: list[Plan], cost: dict, c: dict, m: np.ndarray,
+def _rates(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict, cost: dict, c: dict, m: np.ndarray,
            iteration: np.ndarray, out: dict[str, np.ndarray]) -> None:
     """Model and hardware FLOP rates, MFU and tokens per second."""
     proto = plans[0]
@@ -166,7 +167,7 @@ def _rates(model: ModelSpec, hw: Hardware, plans: list[Plan], cost: dict, c: dic
     counts_total = model_block_counts(model)
     ranks = c["dp"] * c["tp"] * c["cp"]
     model_flops = sum(counts_total[k] * (cost[k]["agg"]["fwd_flops"] + cost[k]["agg"]["bwd_flops"]) for k in kinds)
-    share = recomputed_share(model, plans) if len(kinds) < len(cost) else {}
+    share = recomputed_share(model, tables) if len(kinds) < len(cost) else {}
     recompute_flops = sum(counts_total[k] * cost[k]["agg"]["recompute_flops"] * share.get(k, 1.0) for k in kinds)
     gpus = ranks * c["pp"]
     out["model_flops"] = m * ranks * model_flops
