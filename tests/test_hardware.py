@@ -203,7 +203,7 @@ def test_unknown_preset_lists_known_ones() -> None:
         ("gpu.peak_tflops=0", r"PeakTflops.bf16 = 0.0 must be > 0"),
         ("node.gpus=0", r"Node.gpus = 0 must be >= 1"),
         ("node.gpus", "is not key=value"),
-        ("gpu.efficiency=1", "is a group, not a value; set one of gpu.efficiency.attention_backward"),
+        ("gpu.efficiency=1", "is a group, not a value; set one of gpu.efficiency.a2a_overlap_saving"),
         ("node.topology=ring", r"node.topology = 'ring' must be one of 'switch', 'fully_connected'"),
         ("interpod.bandwidth_gbps=10", "interpod is not defined in this hardware"),
         ("scaleout.latency_us=nan", "is not finite"),

@@ -66,6 +66,8 @@ def _degrees(model: ModelSpec, plan: Plan) -> list[Flag]:
         flags.append(("--expert-tensor-parallel-size", str(plan.expert_tp)))  # as the experts were simulated
         if plan.dispatcher == "flex":
             flags += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+        if plan.ep_overlap:
+            flags.append(("--overlap-moe-expert-parallel-comm", None))
     if plan.cp > 1:
         flags.append(("--cp-comm-type", plan.cp_comm))
         if plan.cp_comm == "a2a+p2p":  # all-to-all groups inside, the ring over them

@@ -77,6 +77,9 @@ def _check(plan: Plan) -> None:
     if plan.offload_layers:
         raise refuse("torchtitan", "torchtitan has no per-layer activation offloading (Megatron-Core's)",
                      "export with offload_layers=0, or to Megatron-LM or Megatron-Bridge")
+    if plan.ep_overlap:
+        raise refuse("torchtitan", "torchtitan has no combined-1F1B all-to-all overlap (Megatron-Core's)",
+                     "export with ep_overlap=off, or to Megatron-LM or Megatron-Bridge")
 
 
 def _training(model: ModelSpec, plan: Plan) -> dict[str, Any]:

@@ -9,17 +9,17 @@ values and a fix.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
-from stageopt.inputs.gate import clip, shorten
+from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields,  # noqa: F401 (re-exported)
-                                           check_dispatcher, check_expert_tp, check_offload,
+                                           check_dispatcher, check_ep_overlap, check_expert_tp, check_offload,
                                            check_pipeline_fields, check_recompute_layers, check_recompute_modules,
                                            check_sharding)
+from stageopt.parallel.plan_text import parse_fields
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
@@ -94,6 +94,11 @@ class Plan:
     HybridEP backends, DeepSeek-V3's dispatch) sends a token once to each node
     holding one of its experts and fans it out over NVLink there.
 
+    ``ep_overlap`` (Megatron-Core's ``--overlap-moe-expert-parallel-comm``, Megatron-Bridge's
+    ``moe_a2a_overlap``) merges each steady-state forward with the backward after it (combined
+    1F1B): one micro-batch's dispatch and combine all-to-alls run under the other's compute. It
+    needs no full recompute, no ``moe_overlap``, and with pp > 1 the interleaved schedule; with ep = 1 it is off.
+
     Expert tensor parallelism (Megatron-Core's ``--expert-tensor-parallel-size``):
     ``etp`` 0 (or ``tp``) splits every routed expert over the TP group as the dense
     MLP is; ``etp=1`` keeps experts whole on every TP rank, which routes its own
@@ -124,6 +129,7 @@ class Plan:
     layout: str = ""
     cp_comm: str | None = None
     moe_overlap: bool | None = None
+    ep_overlap: bool = False
     dp_shard: int = 0
     etp: int = 0
     cp_a2a: int = 0
@@ -166,6 +172,7 @@ class Plan:
         check_recompute_modules(self)
         check_offload(self)
         check_recompute_layers(self)
+        check_ep_overlap(self)
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
 
@@ -286,7 +293,7 @@ class Plan:
                  f"layout={self.layout}" if self.layout else "",
                  f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
                  f"cp_a2a={self.cp_a2a}" if self.cp_a2a else "",
-                 "moe_overlap=on" if self.moe_overlap else "",
+                 "moe_overlap=on" if self.moe_overlap else "", "ep_overlap=on" if self.ep_overlap else "",
                  f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
                  f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
                  f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else "",
@@ -336,65 +343,6 @@ def _within_bound(name: str, value: int) -> None:
         raise InfeasiblePlan(str(err)) from None
 
 
-_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
-               "etp", "cp_a2a", "offload_layers", "recompute_layers")
-_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap")
-_ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
-            # Megatron-Core's argument names (dashes or underscores)
-            "decoder_first_pipeline_num_layers": "first_layers", "num_layers_in_first_pipeline_stage": "first_layers",
-            "decoder_last_pipeline_num_layers": "last_layers", "num_layers_in_last_pipeline_stage": "last_layers",
-            "account_for_embedding_in_pipeline_split": "embed_split",
-            "account_for_loss_in_pipeline_split": "loss_split",
-            "pipeline_model_parallel_layout": "layout", "cp_comm_type": "cp_comm",
-            "moe_shared_expert_overlap": "moe_overlap",
-            "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
-            "data_parallel_shard_degree": "dp_shard",  # torchtitan's name
-            "expert_tensor_parallel_size": "etp", "cpu_offloading_num_layers": "offload_layers",
-            "recompute_num_layers": "recompute_layers"}
-
-
 def parse_plan_fields(text: str) -> dict[str, object]:
-    fields: dict[str, object] = {}
-    known = [f.name for f in dataclasses.fields(Plan)]
-    for item in _plan_items(text):
-        key, sep, raw = item.partition("=")
-        key = _canonical(key)
-        if not sep or not raw:
-            raise InfeasiblePlan(f"plan item '{clip(item)}' is not key=value; write e.g. \"tp=8 pp=4\"")
-        if key not in known:
-            hint = difflib.get_close_matches(key, known, n=1)
-            fix = f"did you mean '{hint[0]}'?" if hint else f"known keys: {' '.join(known)}"
-            raise InfeasiblePlan(f"plan: unknown key '{clip(key)}'; {fix}")
-        if key in fields:
-            raise InfeasiblePlan(f"plan: '{key}' is given twice; keep one")
-        if key in _INT_FIELDS:
-            try:
-                fields[key] = int(raw)
-            except ValueError:
-                raise InfeasiblePlan(f"plan: {key}={clip(raw)} is not an integer") from None
-        elif key in _BOOL_FIELDS:
-            if raw.lower() not in ("on", "off", "true", "false", "1", "0"):
-                raise InfeasiblePlan(f"plan: {key}={clip(raw)} must be on or off")
-            fields[key] = raw.lower() in ("on", "true", "1")
-        else:
-            fields[key] = raw.strip("'\"") if key == "layout" else raw
-    return fields
-
-
-def _canonical(key: str) -> str:
-    """A plan key with Megatron-style spellings (``--decoder-first-pipeline-num-layers``) mapped to ours."""
-    plain = key.replace("-", "_").lstrip("_")
-    return _ALIASES.get(plain, plain)
-
-
-def _plan_items(text: str) -> list[str]:
-    """Split a plan string on spaces and commas, except inside a ``layout=...`` value (commas are cosmetic there)."""
-    items: list[str] = []
-    for raw in text.split():
-        if _canonical(raw.partition("=")[0]) == "layout":
-            items.append(raw)
-        elif items and "=" not in raw and _canonical(items[-1].partition("=")[0]) == "layout":
-            items[-1] += raw
-        else:
-            items += [part for part in raw.split(",") if part]
-    return items
+    """The typed fields of a plan string (see :mod:`stageopt.parallel.plan_text`)."""
+    return parse_fields(text, [f.name for f in dataclasses.fields(Plan)])

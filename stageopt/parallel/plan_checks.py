@@ -144,3 +144,23 @@ def check_recompute_layers(plan) -> None:
     if n and plan.recompute != "full":
         raise InfeasiblePlan(f"plan: recompute_layers={n} picks how many layers of each chunk full recompute "
                              f"re-runs; set recompute=full (got recompute={plan.recompute}) or recompute_layers=0")
+
+
+def check_ep_overlap(plan) -> None:
+    """Combined-1F1B all-to-all overlap as Megatron-Core accepts it (Megatron-Bridge's CommOverlapConfig checks)."""
+    if not isinstance(plan.ep_overlap, bool):
+        raise InfeasiblePlan(f"plan field 'ep_overlap' must be on or off, got {shorten(plan.ep_overlap)}")
+    if not plan.ep_overlap:
+        return
+    if plan.ep == 1:  # no expert all-to-alls to hide: the same plan as ep_overlap=off
+        object.__setattr__(plan, "ep_overlap", False)
+        return
+    if plan.schedule not in ("1f1b", "interleaved") or (plan.pp > 1 and plan.schedule != "interleaved"):
+        raise InfeasiblePlan(f"plan: ep_overlap=on with pp={plan.pp} schedule={plan.schedule}; Megatron-Core merges "
+                             "forward and backward only with pp=1 or the interleaved schedule (vpp > 1)")
+    if plan.recompute == "full":
+        raise InfeasiblePlan("plan: ep_overlap=on with recompute=full; Megatron-Core refuses the pair, "
+                             "use recompute=selective or none, or ep_overlap=off")
+    if plan.moe_overlap:
+        raise InfeasiblePlan("plan: ep_overlap=on and moe_overlap=on exclude each other in Megatron-Core; "
+                             "set moe_overlap=off")

@@ -36,16 +36,33 @@ __all__ = ["Step", "stage_order", "schedule_orders", "peak_in_flight", "max_in_f
 
 def stage_order(plan: Plan, stage: int) -> list[Step]:
     """The ordered steps pipeline stage ``stage`` runs in one iteration."""
-    return list(schedule_orders(plan.schedule, plan.pp, plan.vpp, plan.microbatches)[stage])
+    return list(schedule_orders(plan.schedule, plan.pp, plan.vpp, plan.microbatches, plan.ep_overlap)[stage])
 
 
 @lru_cache(maxsize=256)
-def schedule_orders(schedule: str, p: int, v: int, m: int) -> tuple[tuple[Step, ...], ...]:
-    """Every stage's order for a schedule shape (cached: the analytical model asks for the same shapes often)."""
-    return tuple(tuple(_order(schedule, p, v, m, stage)) for stage in range(p))
+def schedule_orders(schedule: str, p: int, v: int, m: int, combined: bool = False) -> tuple[tuple[Step, ...], ...]:
+    """Every stage's order for a schedule shape (cached: the analytical model asks for the same shapes often).
+
+    ``combined`` (the plan's ``ep_overlap``): 1F1B's steady-state forward runs paired with the backward
+    after it (Megatron-Core's combined 1F1B). Each stage runs one more warmup forward than 1F1B, so
+    that every merged forward has a backward of another micro-batch to pair with (without a pipeline:
+    F0, then F1 with B0, F2 with B1, ...).
+    """
+    orders = tuple(tuple(_order(schedule, p, v, m, stage, combined)) for stage in range(p))
+    return tuple(tuple(_paired(order)) for order in orders) if combined else orders
 
 
-def _order(schedule: str, p: int, v: int, m: int, stage: int) -> list[Step]:
+def _paired(order: tuple[Step, ...]) -> list[Step]:
+    """Mark every forward followed by a backward of another micro-batch or chunk as overlapped with it."""
+    out = list(order)
+    for i in range(len(out) - 1):
+        f, b = out[i], out[i + 1]
+        if f.kind == "F" and b.kind == "B" and (f.microbatch, f.chunk) != (b.microbatch, b.chunk):
+            out[i] = Step(f.microbatch, f.chunk, "F", True)
+    return out
+
+
+def _order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> list[Step]:
     if schedule == "gpipe":
         return [Step(i, 0, "F") for i in range(m)] + [Step(i, 0, "B") for i in range(m)]
     if schedule == "zbh1":
@@ -55,16 +72,16 @@ def _order(schedule: str, p: int, v: int, m: int, stage: int) -> list[Step]:
     if schedule in ("dualpipe", "dualpipev"):
         return dualpipe_order(p, m, stage, bidirectional=schedule == "dualpipe")
     if schedule == "1f1b" or v == 1:
-        warmup = min(p - stage - 1, m)
+        warmup = min(p - stage - 1 + int(combined), m)
         steps = [Step(i, 0, "F") for i in range(warmup)]
         for i in range(m - warmup):
             steps += [Step(warmup + i, 0, "F"), Step(i, 0, "B")]
         steps += [Step(i, 0, "B") for i in range(m - warmup, m)]
         return steps
-    return _interleaved(p, m, v, stage)
+    return _interleaved(p, m, v, stage, combined)
 
 
-def _interleaved(p: int, m: int, v: int, stage: int) -> list[Step]:
+def _interleaved(p: int, m: int, v: int, stage: int, combined: bool = False) -> list[Step]:
     total = m * v
 
     def forward(k: int) -> Step:
@@ -73,7 +90,7 @@ def _interleaved(p: int, m: int, v: int, stage: int) -> list[Step]:
     def backward(k: int) -> Step:
         return Step((k // (p * v)) * p + k % p, v - 1 - (k // p) % v, "B")
 
-    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    warmup = min((p - stage - 1) * 2 + (v - 1) * p + int(combined), total)
     steps = [forward(k) for k in range(warmup)]
     for k in range(total - warmup):
         steps += [forward(warmup + k), backward(k)]
@@ -91,19 +108,26 @@ def activation_deltas(kind: str, full: float, held: float) -> float:
     return {"F": full, "B": -full, "I": held - full, "W": -held}[kind]
 
 
-def peak_in_flight(order: list[Step], weight: dict[int, float], held: dict[int, float] | None = None) -> float:
-    """Largest activation bytes held over the order (``weight[chunk]`` per forward, see activation_deltas)."""
+def peak_in_flight(order: list[Step], weight: dict[int, float], held: dict[int, float] | None = None,
+                   merge_pairs: bool = False) -> float:
+    """Largest activation bytes held over the order (``weight[chunk]`` per forward, see activation_deltas).
+
+    ``merge_pairs``: a paired forward and backward change the bytes together (combined 1F1B runs them
+    layer by layer, the backward freeing a layer as the forward saves one), so the peak never sees
+    the forward's bytes before the backward's are freed.
+    """
     held = held or {}
     now = peak = 0.0
     for step in order:
         now += activation_deltas(step.kind, weight[step.chunk], held.get(step.chunk, 0.0))
-        peak = max(peak, now)
+        if not (merge_pairs and step.paired):
+            peak = max(peak, now)
     return peak
 
 
-def max_in_flight(order: list[Step], chunk: int) -> int:
+def max_in_flight(order: list[Step], chunk: int, merge_pairs: bool = False) -> int:
     """Most micro-batches of one chunk between forward and (input-gradient) backward at once."""
-    return int(peak_in_flight(order, {c: float(c == chunk) for c in {s.chunk for s in order}}))
+    return int(peak_in_flight(order, {c: float(c == chunk) for c in {s.chunk for s in order}}, None, merge_pairs))
 
 
 def virtual_stage(plan: Plan, stage: int, chunk: int) -> int:

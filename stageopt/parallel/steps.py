@@ -12,7 +12,7 @@ class Step:
     """``kind``: F forward, B full backward, I input-gradient backward, W weight-gradient backward.
 
     ``paired``: this step runs overlapped with the next one in the order (a
-    DualPipe forward-and-backward chunk pair).
+    DualPipe forward-and-backward chunk pair, or a combined-1F1B pair under ``ep_overlap``).
     """
 
     microbatch: int

@@ -39,6 +39,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
             "agg": agg}
     cost["wgrad"] = times[table.wgrad].sum(axis=0) if table.wgrad is not None else np.zeros(n)  # part of bwd
     cost["comm_fwd"] = np.zeros(n)  # forward-phase share of the comm_* times below
+    cost["ep_fwd"] = np.zeros(n)  # forward-phase share of comm_ep
     # "cp" is the ring part of hierarchical CP (all of cp otherwise), "cpa" its all-to-all part inside it
     degree = {"tp": c["tp"], "cp": c["cp"] / c["cpa"], "ep": c["ep"], "cpa": c["cpa"]}
     stride = {"tp": np.ones(n), "cp": c["tp"] * c["cpa"], "ep": c["etp"],
@@ -61,6 +62,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
                                    comm[i])
             if cs.phase == "fwd":
                 cost["comm_fwd"] = cost["comm_fwd"] + comm[i]
+                cost["ep_fwd"] = cost["ep_fwd"] + (comm[i] if axis == "ep" else 0.0)
         cost[f"comm_{axis}"] = cost[f"comm_{axis}"] + comm.sum(axis=0)
     cost["comm_cp"] = cost["comm_cp"] + cost.pop("comm_cpa")  # both parts of CP are CP communication
     return cost

@@ -1,4 +1,4 @@
-"""Zero-bubble and DualPipe schedules in the analytical model: their makespan and activation peaks.
+"""Zero-bubble, DualPipe and combined-1F1B schedules in the analytical model: makespan and activation peaks.
 
 Why not a closed form: ZB-H1's ``(p-1)(F+I-W)`` and DualPipe's
 ``(PP/2-1)(F&B+B-3W)`` hold for uniform stages and equal pass times; uneven
@@ -14,7 +14,11 @@ its exposed forward collectives and its send; I is the backward kernels other
 than weight gradients (recompute included) plus the rest of the exposed
 collectives and its send; W is the weight-gradient kernels. A DualPipe pair
 costs the larger of its two chunks' compute and of their communication: each
-hides the other's all-to-all and pipeline messages. Activation memory walks
+hides the other's all-to-all and pipeline messages. A combined-1F1B pair
+(``ep_overlap``, Megatron-Core's merged forward and backward) hides only the
+expert all-to-alls; its TP and CP collectives and its sends stay in line
+with the compute, and of the time an all-to-all overlaps that work the step
+saves only the GPU's ``a2a_overlap_saving`` (the kernels contend for SMs and HBM). Activation memory walks
 the same orders (F saves, I keeps what W reads, W or B frees).
 """
 
@@ -56,11 +60,15 @@ def _chunk_passes(cost: dict, counts: dict[str, np.ndarray], t_p2p: np.ndarray, 
     c_i = sum(comp[k] * cost[k]["bwd"] for k in kinds) - c_w
     x_f = exposed * share + counts["send_f"] * t_p2p + zero3 / 2
     x_b = exposed * (1 - share) + counts["send_b"] * t_p2p + zero3 / 2
+    ep_raw = sum(comp[k] * cost[k]["comm_ep"] for k in kinds)
+    ep_share = np.divide(sum(comp[k] * cost[k]["ep_fwd"] for k in kinds), ep_raw, out=np.zeros_like(exposed),
+                         where=ep_raw > 0)
     return {"F": c_f + x_f, "I": c_i + x_b, "W": c_w, "B": c_i + c_w + x_b, "cF": c_f, "cB": c_i + c_w,
-            "xF": x_f, "xB": x_b}
+            "xF": x_f, "xB": x_b, "eF": parts["ep"] * ep_share, "eB": parts["ep"] * (1 - ep_share)}
 
 
-def _activation_peaks(orders, saved: np.ndarray, held: np.ndarray, logits: np.ndarray) -> tuple[list, list]:
+def _activation_peaks(orders, saved: np.ndarray, held: np.ndarray, logits: np.ndarray,
+                      merge_pairs: bool = False) -> tuple[list, list]:
     """Per stage: peak activation bytes over its order, and peak head logits held.
 
     ``saved``, ``held``, ``logits``: arrays (stages, chunks, candidates).
@@ -72,8 +80,11 @@ def _activation_peaks(orders, saved: np.ndarray, held: np.ndarray, logits: np.nd
         on_full = (kinds == "F").astype(float) - (kinds == "B") - (kinds == "I")
         on_held = (kinds == "I").astype(float) - (kinds == "W")
         deltas = on_full[:, None] * saved[s, chunks] + on_held[:, None] * held[s, chunks]
-        acts.append(np.maximum(np.cumsum(deltas, axis=0).max(axis=0), 0.0))
-        heads.append(np.maximum(np.cumsum(on_full[:, None] * logits[s, chunks], axis=0).max(axis=0), 0.0))
+        # a combined-1F1B pair saves and frees together (schedule.peak_in_flight): skip its midpoint
+        seen = ~np.array([st.paired and merge_pairs for st in order], dtype=bool)
+        acts.append(np.maximum(np.cumsum(deltas, axis=0)[seen].max(axis=0, initial=0.0), 0.0))
+        heads.append(np.maximum(np.cumsum(on_full[:, None] * logits[s, chunks], axis=0)[seen].max(axis=0, initial=0.0),
+                                0.0))
     return acts, heads
 
 
@@ -85,13 +96,13 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
     """
     plan, n = plans[0], len(plans)
     pp, vpp, m = plan.pp, plan.vpp, plan.microbatches
-    orders = schedule_orders(plan.schedule, pp, vpp, m)
+    orders = schedule_orders(plan.schedule, pp, vpp, m, plan.ep_overlap)
     dag = compile_dag(plan.schedule, pp, vpp, orders)
     table = chunk_tables(model, plans)
     n_chunks = table["embedding"].shape[2]
     layers = sum(table[k] for k in table if k not in SEND_COLUMNS)
     per_stage = layers.sum(axis=2)
-    names = ("F", "B", "I", "W", "cF", "cB", "xF", "xB")
+    names = ("F", "B", "I", "W", "cF", "cB", "xF", "xB", "eF", "eB")
     passes = np.zeros((len(names), pp, n_chunks, n))
     mem = np.zeros((3, pp, n_chunks, n))  # saved, held for W, head logits
     kinds = [k for k in table if k in cost]
@@ -113,23 +124,26 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
     if len(pairs):
         st, cf, cb = dag.stage[pairs], dag.chunk[pairs], dag.chunk2[pairs]
         compute = passes[4, st, cf] + passes[5, st, cb]
-        durations[pairs] = np.maximum(compute, passes[6, st, cf] + passes[7, st, cb])
+        hidden = passes[8, st, cf] + passes[9, st, cb] if plan.ep_overlap else passes[6, st, cf] + passes[7, st, cb]
+        serial = compute + passes[6, st, cf] + passes[7, st, cb] - hidden  # what stays in line
+        saving = c["a2a_saving"][None, :] if plan.ep_overlap else 1.0  # contention (GpuEfficiency)
+        durations[pairs] = serial + hidden - saving * np.minimum(serial, hidden)
         comm[pairs] = durations[pairs] - compute
     finish = dag.finish_times(durations)
     busy = dag.per_stage_sum(durations)
     busiest = busy.argmax(axis=0)
-    acts, heads = _activation_peaks(orders, mem[0], mem[1], mem[2])
+    acts, heads = _activation_peaks(orders, mem[0], mem[1], mem[2], plan.ep_overlap)
     return {"makespan": finish.max(axis=0), "busy": busy.max(axis=0), "activations": acts, "logits": heads,
             "busiest": busiest, "comm": np.take_along_axis(dag.per_stage_sum(comm), busiest[None], 0)[0]}
 
 
 def split_schedule_groups(plans: list[Plan]) -> dict[tuple, list[int]]:
-    """Indices of the plans that run a zero-bubble or DualPipe schedule, by schedule shape."""
+    """Indices of the plans that run a zero-bubble or DualPipe schedule or pair passes (ep_overlap), by shape."""
     groups: dict[tuple, list[int]] = {}
     for i, plan in enumerate(plans):
-        if plan.schedule in SPLIT_SCHEDULES:
+        if plan.schedule in SPLIT_SCHEDULES or plan.ep_overlap:
             key = (plan.schedule, plan.pp, plan.vpp, plan.microbatches, plan.first_layers, plan.last_layers,
-                   plan.embed_split, plan.loss_split, plan.layout)
+                   plan.embed_split, plan.loss_split, plan.layout, plan.ep_overlap)
             groups.setdefault(key, []).append(i)
     return groups
 

@@ -104,14 +104,14 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
         counts = offloaded_layer_counts(work.model, plan.offload_layers)
         off, in_flight_copy = offloaded_bytes(counts, {k: work.value(k, saved_bytes_key(plan)) for k in counts})
         per_chunk = {c: v - float(off) for c, v in per_chunk.items()}
-    activations = peak_in_flight(order, per_chunk, held) + float(in_flight_copy)
+    activations = peak_in_flight(order, per_chunk, held, plan.ep_overlap) + float(in_flight_copy)
     other = 0.0
     heads = [k for c in work.chunks[stage] for k in HEAD_KINDS if k in c.blocks]
     for chunk in work.chunks[stage]:
         for kind in HEAD_KINDS:
             if kind in chunk.blocks:
                 other += chunk.blocks[kind] * loss_held(plan, work.value(kind, "logits_bytes")) * max_in_flight(
-                    order, chunk.local)
+                    order, chunk.local, plan.ep_overlap)
     if heads:  # one loss at a time
         other += loss_peak_extra(plan, max(work.value(k, "logits_bytes") for k in heads))
     if plan.recompute == "full":  # the working set of a layer recomputed during its backward

@@ -1,0 +1,76 @@
+"""The text form of a plan: ``"tp=8 pp=4 ..."`` split into typed fields.
+
+Why apart from :mod:`stageopt.parallel.plan`: the spellings users type (Megatron-Core's
+argument names, commas, a layout with spaces) are a parsing concern, not a plan's.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from stageopt.errors import InfeasiblePlan
+from stageopt.inputs.gate import clip
+
+_INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
+               "etp", "cp_a2a", "offload_layers", "recompute_layers")
+_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap", "ep_overlap")
+_ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
+            # Megatron-Core's argument names (dashes or underscores)
+            "decoder_first_pipeline_num_layers": "first_layers", "num_layers_in_first_pipeline_stage": "first_layers",
+            "decoder_last_pipeline_num_layers": "last_layers", "num_layers_in_last_pipeline_stage": "last_layers",
+            "account_for_embedding_in_pipeline_split": "embed_split",
+            "account_for_loss_in_pipeline_split": "loss_split",
+            "pipeline_model_parallel_layout": "layout", "cp_comm_type": "cp_comm",
+            "moe_shared_expert_overlap": "moe_overlap",
+            "overlap_moe_expert_parallel_comm": "ep_overlap", "moe_a2a_overlap": "ep_overlap",  # Bridge's name
+            "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
+            "data_parallel_shard_degree": "dp_shard",  # torchtitan's name
+            "expert_tensor_parallel_size": "etp", "cpu_offloading_num_layers": "offload_layers",
+            "recompute_num_layers": "recompute_layers"}
+
+
+def parse_fields(text: str, known: list[str]) -> dict[str, object]:
+    """``key=value`` items of a plan string, typed, with Megatron-style keys mapped to ``known`` field names."""
+    fields: dict[str, object] = {}
+    for item in _plan_items(text):
+        key, sep, raw = item.partition("=")
+        key = _canonical(key)
+        if not sep or not raw:
+            raise InfeasiblePlan(f"plan item '{clip(item)}' is not key=value; write e.g. \"tp=8 pp=4\"")
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            fix = f"did you mean '{hint[0]}'?" if hint else f"known keys: {' '.join(known)}"
+            raise InfeasiblePlan(f"plan: unknown key '{clip(key)}'; {fix}")
+        if key in fields:
+            raise InfeasiblePlan(f"plan: '{key}' is given twice; keep one")
+        if key in _INT_FIELDS:
+            try:
+                fields[key] = int(raw)
+            except ValueError:
+                raise InfeasiblePlan(f"plan: {key}={clip(raw)} is not an integer") from None
+        elif key in _BOOL_FIELDS:
+            if raw.lower() not in ("on", "off", "true", "false", "1", "0"):
+                raise InfeasiblePlan(f"plan: {key}={clip(raw)} must be on or off")
+            fields[key] = raw.lower() in ("on", "true", "1")
+        else:
+            fields[key] = raw.strip("'\"") if key == "layout" else raw
+    return fields
+
+
+def _canonical(key: str) -> str:
+    """A plan key with Megatron-style spellings (``--decoder-first-pipeline-num-layers``) mapped to ours."""
+    plain = key.replace("-", "_").lstrip("_")
+    return _ALIASES.get(plain, plain)
+
+
+def _plan_items(text: str) -> list[str]:
+    """Split a plan string on spaces and commas, except inside a ``layout=...`` value (commas are cosmetic there)."""
+    items: list[str] = []
+    for raw in text.split():
+        if _canonical(raw.partition("=")[0]) == "layout":
+            items.append(raw)
+        elif items and "=" not in raw and _canonical(items[-1].partition("=")[0]) == "layout":
+            items[-1] += raw
+        else:
+            items += [part for part in raw.split(",") if part]
+    return items
