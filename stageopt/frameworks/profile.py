@@ -24,6 +24,9 @@ BUCKETS = ("layer", "chunk", "stage")
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
 FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1")
+# hp_grad.add_(lp_grad.to(fp32)): read the bf16 gradient (2), write its fp32 copy (4), read the copy and the
+# fp32 buffer (4 + 4), write the buffer (4). Zeroing the bf16 gradients first is left out (version-dependent).
+GRAD_CAST_ADD_BYTES = 18
 # "qkv" and "fc1" fuse GEMMs rather than elementwise ops: the query/key/value projections, and the
 # gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated).
 
@@ -88,6 +91,11 @@ class FrameworkProfile:
     output that backward reads is saved as its 1/tp shard and gathered again in
     backward (Megatron-LM's sequence parallelism); otherwise it is saved whole and
     not gathered again (DTensor's redistribution in torchtitan).
+    ``grad_cast_add``: bf16 training (ZeRO 0-1) lets each micro-batch's backward write bf16 gradients
+    on the parameters and then adds them, cast to fp32, into the fp32 gradient buffer (DeepSpeed's
+    BF16_Optimizer: its pipeline engine calls ``update_hp_grads`` after every backward pass):
+    :data:`GRAD_CAST_ADD_BYTES` of HBM traffic per parameter and micro-batch. Megatron's
+    gradient-accumulation fusion has the weight-gradient GEMM write the fp32 buffer instead.
     """
 
     name: str
@@ -119,6 +127,7 @@ class FrameworkProfile:
     cross_entropy: Literal["te_fused", "in_place", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False
     sp_saves_shard: bool = True
+    grad_cast_add: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -140,6 +149,11 @@ class FrameworkProfile:
     def default_grad_dtype(self, dtype: str) -> str:
         """The gradient dtype this stack uses for a plan computing in ``dtype``."""
         return self.grad_reduce_dtype if dtype in ("bf16", "fp8") else "bf16"
+
+    def grad_cast_add_bytes(self, dtype: str, grad_dtype: str, zero: int) -> int:
+        """HBM bytes per parameter and micro-batch that staging bf16 gradients into fp32 costs (0: none)."""
+        staged = self.grad_cast_add and dtype == "bf16" and grad_dtype == "fp32" and zero <= 1
+        return GRAD_CAST_ADD_BYTES if staged else 0
 
     def all_reduces_sharded_grads(self, dtype: str) -> bool:
         """Whether ZeRO-1/2 gradients are all-reduced whole (not reduce-scattered) for ``dtype`` training."""

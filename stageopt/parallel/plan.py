@@ -235,6 +235,11 @@ class Plan:
         return self.zero
 
     @property
+    def grad_cast_add_bytes(self) -> int:
+        """HBM bytes per parameter and micro-batch the stack spends adding bf16 gradients into fp32 ones."""
+        return self.framework.grad_cast_add_bytes(self.dtype, self.grad_dtype, self.step_zero)
+
+    @property
     def grad_sync_kind(self) -> str:
         """The collective that reduces gradients over data parallelism at the end of a step (ZeRO 0-2)."""
         whole = self.step_zero == 0 or self.framework.all_reduces_sharded_grads(self.dtype)

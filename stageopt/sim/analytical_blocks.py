@@ -38,6 +38,10 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
     cost["wgrad"] = times[table.wgrad].sum(axis=0) if table.wgrad is not None else np.zeros(n)  # part of bwd
+    if proto.grad_cast_add_bytes:  # bf16 gradients added into fp32 ones after every backward (one kernel)
+        params = agg["local_dense"] + agg["local_expert"]
+        staged = np.where(params > 0, hw.gpu.vector_time_s(proto.grad_cast_add_bytes * params), 0.0)
+        cost["bwd"], cost["wgrad"] = cost["bwd"] + staged, cost["wgrad"] + staged
     cost["comm_fwd"] = np.zeros(n)  # forward-phase share of the comm_* times below
     cost["ep_fwd"] = np.zeros(n)  # forward-phase share of comm_ep
     # "cp" is the ring part of hierarchical CP (all of cp otherwise), "cpa" its all-to-all part inside it
