@@ -36,6 +36,8 @@ its only meaning:
     resets etp=tp to 0).
 12. recompute_layers means nothing without full recompute: 0 then; and a count at least
     the model's layers re-runs every layer of every chunk, as 0 does: 0.
+13. Combined-1F1B overlap hides expert all-to-alls; with ep=1 there are none: ep_overlap=off
+    (the plan also resets it).
 
 Choices that cannot run (divisibility, degrees that do not multiply to the GPU
 count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
@@ -156,6 +158,8 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["moe_overlap"] = False
     if not model.is_moe:
         v["etp"] = 0
+    if int(v["ep"]) == 1:  # type: ignore[arg-type]
+        v["ep_overlap"] = False
     if v["recompute"] != "full" or int(v["recompute_layers"]) >= model.layers:  # type: ignore[arg-type]
         v["recompute_layers"] = 0
     zero = v["zero"] if v["zero"] is not None else framework.default_zero(dp, cp)

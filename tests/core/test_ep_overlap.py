@@ -110,3 +110,14 @@ def test_megatron_and_bridge_spellings_parse_and_export():
     assert "comm_overlap.overlap_moe_expert_parallel_comm=true" in bridge
     with pytest.raises(Exception, match="ep_overlap=off"):
         launch_settings("torchtitan", model, plan.replace(zero=2))
+
+
+def test_search_merges_overlap_without_expert_parallelism():
+    """Canonical rule 13: the search must not list ep=1 twice (on and off are one plan)."""
+    from stageopt.frameworks import load_profile
+    from stageopt.search.candidate import canonical
+    from stageopt.search.dimensions import PLAN_DEFAULTS
+    model = load_model(MOE[0], MOE[1])
+    values = {**PLAN_DEFAULTS, "tp": 1, "pp": 1, "ep": 1, "ep_overlap": True, "gbs": 32}
+    assert canonical(values, 8, model, load_profile("megatron-core"))["ep_overlap"] is False
+    assert canonical({**values, "ep": 8}, 8, model, load_profile("megatron-core"))["ep_overlap"] is True
