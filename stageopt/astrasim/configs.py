@@ -13,6 +13,7 @@ while network ``bandwidth`` is GB/s with 1 GB = 2^30 bytes and ``latency`` ns.
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -178,7 +179,9 @@ def read_system_config(path: os.PathLike | str) -> SystemConfig:
         raise ConfigError(f"{path}: expected a JSON object of system settings, got {type(data).__name__}")
     for key in data:
         if key not in _SYSTEM_KEYS:
-            raise ConfigError(f"{path}: unknown key {shorten(key)}; known keys are {', '.join(sorted(_SYSTEM_KEYS))}")
+            close = difflib.get_close_matches(str(key), sorted(_SYSTEM_KEYS), n=1)
+            fix = f"did you mean '{close[0]}'?" if close else "ASTRA-sim's system keys are hyphenated, e.g. endpoint-delay"
+            raise ConfigError(f"{path}: unknown key {shorten(key)}; {fix}")
     for key in sorted(_IGNORED_SYSTEM_KEYS & set(data)):  # not used here, but ASTRA-sim reads them
         if key == "local-mem-trace-filename":
             if not isinstance(data[key], str):

@@ -66,7 +66,7 @@ def spec_from_dict(fields: dict[str, Any], origin: str = "model") -> ModelSpec:
     if unknown:
         key = unknown[0]
         hint = difflib.get_close_matches(key, list(_FIELDS), n=1)
-        fix = f"did you mean '{hint[0]}'?" if hint else f"known fields: {', '.join(_FIELDS)}"
+        fix = f"did you mean '{hint[0]}'?" if hint else "'stageopt presets --fields' lists the known ones"
         raise ConfigError(f"{origin}: unknown model field {shorten(key)}; {fix}")
     missing = [n for n, f in _FIELDS.items()
                if f.default is dataclasses.MISSING and n not in fields]

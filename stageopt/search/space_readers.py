@@ -15,8 +15,10 @@ def check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str)
     for key in section:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(f"{where}: unknown key {shorten(key)}; {hint}allowed: {', '.join(map(str, allowed))}")
+            listed = ", ".join(map(str, allowed))
+            fix = (f"did you mean '{close[0]}'?" if close else
+                   f"allowed: {listed}" if len(listed) < 160 else "search_spaces/README.md lists the allowed keys")
+            raise ConfigError(f"{where}: unknown key {shorten(key)}; {fix}")
 
 
 def mapping(value: Any, where: str) -> Mapping[str, Any]:
