@@ -172,16 +172,20 @@ def _algo(path: os.PathLike | str, key: str, name: Any) -> AlgoSpec:
     )
 
 
-def read_system_config(path: os.PathLike | str) -> SystemConfig:
-    """Read an ASTRA-sim system JSON (``--system-configuration``)."""
-    data = _load(path, "system")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object of system settings, got {type(data).__name__}")
+def _check_system_keys(path: os.PathLike | str, data: dict) -> None:
     for key in data:
         if key not in _SYSTEM_KEYS:
             close = difflib.get_close_matches(str(key), sorted(_SYSTEM_KEYS), n=1)
             fix = f"did you mean '{close[0]}'?" if close else "ASTRA-sim's system keys are hyphenated, e.g. endpoint-delay"
             raise ConfigError(f"{path}: unknown key {shorten(key)}; {fix}")
+
+
+def read_system_config(path: os.PathLike | str) -> SystemConfig:
+    """Read an ASTRA-sim system JSON (``--system-configuration``)."""
+    data = _load(path, "system")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of system settings, got {type(data).__name__}")
+    _check_system_keys(path, data)
     for key in sorted(_IGNORED_SYSTEM_KEYS & set(data)):  # not used here, but ASTRA-sim reads them
         if key == "local-mem-trace-filename":
             if not isinstance(data[key], str):
