@@ -324,8 +324,8 @@ class _StageBuilder(GradSync):
         """A block's gradients are complete for this micro-batch: ZeRO-3 scatter (its node ids returned),
         DP bucket after the last. A stack that stages bf16 gradients adds them into fp32 ones first."""
         staged = self.plan.grad_cast_add_bytes
-        params = self.work.value(kind, "local_dense") + self.work.value(kind, "local_expert")
-        if staged and params > 0:
+        params = staged and self.work.value(kind, "local_dense") + self.work.value(kind, "local_expert")
+        if params > 0:
             done = (self.b.comp(f"{label}:grad_cast_add", "bwd", list(done), 0, round(staged * params), "vector"),)
         scatters = self.zero3_scatters(kind, done, label)
         if last_grad:
