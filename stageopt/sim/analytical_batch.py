@@ -118,7 +118,6 @@ def _pick(stages: list[dict], index: np.ndarray, getter) -> np.ndarray:
 
 def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     proto = plans[0]
-    c["a2a_saving"] = np.full(len(plans), hw.gpu.efficiency.a2a_overlap_saving)  # ep_overlap pairs
     partial = any(p.recomputed_per_chunk is not None for p in plans)
     cost = {k: block_costs(model, hw, proto, c, k) for k in block_kinds(model, with_stored=partial)}
     m = c["gbs"] / (c["mbs"] * c["dp"])
@@ -134,7 +133,8 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     out = {key: runs * _pick(stages, crit, lambda st: st["parts"][key])
            for key in ("compute", "tp", "cp", "ep", "p2p", "offload")}
     out = {f"t_{k}": np.array(v, dtype=float) for k, v in out.items()}
-    apply_split_schedules(model, plans, cost, c, c.pop("t_p2p"), stages, pipe, busy, out)
+    apply_split_schedules(model, plans, cost, c, c.pop("t_p2p"), stages, pipe, busy, out,
+                          hw.gpu.efficiency.a2a_overlap_saving)
     tails = np.stack([np.where(st["valid"], st["tail"]["dp"] + st["tail"]["optimizer"], 0.0) for st in stages])
     tail_crit = tails.argmax(axis=0)
     iteration = pipe + tails.max(axis=0)

@@ -89,10 +89,11 @@ def _activation_peaks(orders, saved: np.ndarray, held: np.ndarray, logits: np.nd
 
 
 def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, t_p2p: np.ndarray,
-                           zero3: list[np.ndarray]) -> dict[str, object]:
+                           zero3: list[np.ndarray], a2a_saving: float = 1.0) -> dict[str, object]:
     """Makespan, busiest stage's work and per-stage activation peaks for plans of one schedule shape.
 
-    ``cost``, ``c``, ``t_p2p`` and ``zero3`` (per stage) hold rows of these plans only.
+    ``cost``, ``c``, ``t_p2p`` and ``zero3`` (per stage) hold rows of these plans only; ``a2a_saving`` is
+    the GPU's share of overlapped all-to-all time a combined-1F1B pair saves.
     """
     plan, n = plans[0], len(plans)
     pp, vpp, m = plan.pp, plan.vpp, plan.microbatches
@@ -126,7 +127,7 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
         compute = passes[4, st, cf] + passes[5, st, cb]
         hidden = passes[8, st, cf] + passes[9, st, cb] if plan.ep_overlap else passes[6, st, cf] + passes[7, st, cb]
         serial = compute + passes[6, st, cf] + passes[7, st, cb] - hidden  # what stays in line
-        saving = c["a2a_saving"][None, :] if plan.ep_overlap else 1.0  # contention (GpuEfficiency)
+        saving = a2a_saving if plan.ep_overlap else 1.0  # contention (GpuEfficiency)
         durations[pairs] = serial + hidden - saving * np.minimum(serial, hidden)
         comm[pairs] = durations[pairs] - compute
     finish = dag.finish_times(durations)
@@ -149,7 +150,8 @@ def split_schedule_groups(plans: list[Plan]) -> dict[tuple, list[int]]:
 
 
 def apply_split_schedules(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, t_p2p: np.ndarray,
-                          stages: list[dict], pipe: np.ndarray, busy: np.ndarray, out: dict) -> None:
+                          stages: list[dict], pipe: np.ndarray, busy: np.ndarray, out: dict,
+                          a2a_saving: float = 1.0) -> None:
     """Overwrite ``pipe``, ``busy``, the time breakdown in ``out`` and the stages' activation memory for
     zero-bubble and DualPipe plans; the busiest stage's exposed communication is split over tp, cp, ep and
     p2p in the proportions of its collectives before overlap."""
@@ -158,7 +160,7 @@ def apply_split_schedules(model: ModelSpec, plans: list[Plan], cost: dict, c: di
         sub = [plans[i] for i in index]
         zero3 = [np.broadcast_to(st["parts"]["zero3"], (n,))[index] for st in stages]
         res = schedule_shape_results(model, sub, _rows(cost, index), _rows(c, index),
-                                     np.broadcast_to(t_p2p, (n,))[index], zero3)
+                                     np.broadcast_to(t_p2p, (n,))[index], zero3, a2a_saving)
         pipe[index] = res["makespan"]
         busy[index] = res["busy"]
         _breakdown(stages, index, res, out)
