@@ -32,7 +32,7 @@ from stageopt.sim.run import simulate_plan
 
 HERE = Path(__file__).resolve().parent
 SHORT_NOTES = {"data-parallel collectives": "dp-stream", "tp_overlap=on": "tp-overlap", "several nodes": "spanning",
-               "as a ring (": "ring-only", "pods": "pods",
+               "as a ring (": "ring-only", "pods": "pods", "ep_overlap:": "a2a-contention",
                "congestion-aware": "aware"}
 
 

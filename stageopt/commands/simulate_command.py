@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "at most one scale-up domain; found beside the unaware one or in $STAGEOPT_ASTRA_SIM_AWARE)")
     p.add_argument("--dp-stream", choices=("background", "shared"), default="background",
                    help="replay: DP gradient collectives on their own stream (Megatron-LM) or sharing the one "
-                        "communication slot (ASTRA-sim's rule)")
+                        "communication slot (ASTRA-sim's rules, which also price no all-to-all contention)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before an external simulator is killed")
     add_reserve_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
 
 from stageopt.errors import StageoptError
 from stageopt.search.cache import StudyCache, tell_outcome, tell_repeat, tell_unevaluated

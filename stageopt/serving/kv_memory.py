@@ -46,7 +46,7 @@ class InstanceMemory:
 
 
 def instance_memory(sm: StepModel, hbm_gib: float, memory_utilization: float = MEMORY_UTILIZATION) -> InstanceMemory:
-    pool, arch, model = sm.pool, sm.arch, sm.model
+    pool, arch = sm.pool, sm.arch
     wbytes = sm.wscale * 2
     stage_layers = sm.dense_layers + sm.moe_layers
     attn_d, _ = block_weight_params("attention", arch, sm.vals["attention"])

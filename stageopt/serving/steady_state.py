@@ -139,7 +139,7 @@ def _closed_loop_rate(curve: EngineCurve, clients: float, mean_in: float, mean_o
 def disaggregated_state(prefill: tuple[float, float], p_engines: int, decode_curve: EngineCurve, d_engines: int,
                         traffic: Traffic, kv_transfer_s: float) -> SteadyState:
     """``prefill`` is :func:`prefill_figures` of the prefill pool; ``p_engines`` its virtual engines."""
-    mean_in, mean_out = traffic.input.mean, traffic.output.mean
+    mean_out = traffic.output.mean
     step_s, prompt_s = prefill
     prefill_rate = p_engines / max(prompt_s, 1e-12)  # prompts/s: each engine prefills one prompt at a time
     t_sat = float(decode_curve.step_s[-1])

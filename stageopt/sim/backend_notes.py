@@ -31,6 +31,9 @@ PODS = "the job spans pods: replay times two network tiers, ASTRA-sim routes mes
 FLEX = ("dispatcher=flex: replay and analytical send each token once per other node holding one of its experts "
         "(DeepEP / HybridEP); the trace's all-to-all carries every routed copy, so ASTRA-sim prices the plain "
         "all-to-all (replay reproduces it with dispatcher=alltoall)")
+A2A_CONTENTION = ("ep_overlap: replay and analytical slow the kernels that run under a combined-1F1B pair's expert "
+                  "all-to-alls (gpu.efficiency.a2a_overlap_saving); ASTRA-sim runs them at full speed (replay "
+                  "reproduces it with --dp-stream shared)")
 CONGESTION = ("congestion-aware: ASTRA-sim shares each link between the messages that cross it at once; replay "
               "and analytical do not model contention")
 
@@ -59,6 +62,8 @@ def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, system: dict,
         notes.append(RING_ONLY.format(which=", ".join(multi)))
     if plan.dispatcher == "flex" and any(group.startswith("ep") and c == "all_to_all" for _, group, c in used):
         notes.append(FLEX)
+    if plan.ep_overlap and any(group.startswith("ep") and c == "all_to_all" for _, group, c in used):
+        notes.append(A2A_CONTENTION)
     if network_dims > 2:
         notes.append(PODS)
     if network_model == "aware":

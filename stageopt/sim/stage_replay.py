@@ -15,6 +15,11 @@ during the last backward blocks every TP collective and pipeline send behind
 it, and the delay cascades through all stages; ``stageopt replay`` (the
 compatible mode) keeps that rule for bit-exact ASTRA-sim reproduction.
 Host copies (activation offloading) run on a copy-engine slot of their own.
+With ``a2a_rate`` below 1 (combined-1F1B plans, ``ep_overlap``), a kernel issued
+while an expert all-to-all runs progresses at that rate until the all-to-all
+ends: the two contend for SMs and HBM, and of each second overlapped only
+``a2a_rate`` is saved (the analytical model's ``a2a_overlap_saving``, the same
+figure). The slowdown is charged as exposed EP time.
 Cost is O(nodes of one rank per stage) whatever the data-parallel size.
 """
 
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stageopt.errors import SimulatorError
-from stageopt.program.nodes import COMP, COPY, NEXT, RECV, SEND, StageProgram
+from stageopt.program.nodes import COLL, COMP, COPY, NEXT, RECV, SEND, StageProgram
 
 BACKGROUND_PHASES = ("dp", "zero3")
 
@@ -105,8 +110,10 @@ class _Replay:
     """Mutable state of one replay: ready queues, busy slots, pending messages, busy spans."""
 
     def __init__(self, programs: list[StageProgram], durations: list[np.ndarray],
-                 background: tuple[str, ...] = BACKGROUND_PHASES) -> None:
+                 background: tuple[str, ...] = BACKGROUND_PHASES, a2a_rate: float = 1.0) -> None:
         self.p = len(programs)
+        self.a2a_rate = a2a_rate
+        self.a2a_end = [0.0] * self.p  # when the expert all-to-alls in flight end, per stage
         self.nodes = [prog.nodes for prog in programs]
         self.durations = durations
         self.waiting = [np.array([len(n.data_deps) + len(n.ctrl_deps) for n in ns], dtype=np.int64)
@@ -118,6 +125,8 @@ class _Replay:
                 for d in (*n.data_deps, *n.ctrl_deps):
                     kids[d].append(n.id)
             self.children.append(kids)
+        self.contends = [[a2a_rate < 1 and n.type == COLL and (n.collective, n.group) == ("all_to_all", "ep")
+                          for n in ns] for ns in self.nodes]
         self.slot_of = [[0 if n.type == COMP else COPY_SLOT if n.type == COPY else (2 if n.phase in background else 1)
                          for n in ns] for ns in self.nodes]
         self.ready: list[tuple[list[int], ...]] = [([], [], [], []) for _ in range(self.p)]
@@ -149,14 +158,29 @@ class _Replay:
             self.posted[key] = i
 
     def issue(self, t: float, s: int) -> None:
-        for slot in (0, 1, 2, COPY_SLOT):
+        for slot in (1, 2, COPY_SLOT, 0):  # communication first: a kernel issued with it sees it in flight
             if not self.busy[s][slot] and self.ready[s][slot]:
                 i = heapq.heappop(self.ready[s][slot])
                 self.busy[s][slot] = True
                 end = t + float(self.durations[s][i])
-                kind = "compute" if slot == 0 else category(self.nodes[s][i])
-                self.spans[s].setdefault(kind, []).append((t, end))
+                if slot == 0:
+                    self.spans[s].setdefault("compute", []).append((t, end))
+                    extra = self.contention(s, t, end - t)
+                    if extra > 0:
+                        self.spans[s].setdefault("ep", []).append((end, end + extra))
+                        end += extra
+                else:
+                    if self.contends[s][i]:
+                        self.a2a_end[s] = max(self.a2a_end[s], end)
+                    self.spans[s].setdefault(category(self.nodes[s][i]), []).append((t, end))
                 self.schedule(end, s, i)
+
+    def contention(self, s: int, t: float, d: float) -> float:
+        """Extra seconds a ``d``-second kernel issued at ``t`` runs under the stage's expert all-to-alls."""
+        under, rate = self.a2a_end[s] - t, self.a2a_rate
+        if under <= 0 or rate >= 1:
+            return 0.0
+        return d / rate - d if d <= rate * under else (1 - rate) * under
 
     def complete(self, t: float, s: int, i: int) -> None:
         node = self.nodes[s][i]
@@ -203,12 +227,13 @@ class _Replay:
 
 
 def replay_stages(programs: list[StageProgram], durations: list[np.ndarray],
-                  background: tuple[str, ...] = BACKGROUND_PHASES) -> list[StageTiming]:
+                  background: tuple[str, ...] = BACKGROUND_PHASES, a2a_rate: float = 1.0) -> list[StageTiming]:
     """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds.
 
     ``background``: phases whose collectives get the second communication
-    slot; ``()`` is ASTRA-sim's one-slot rule.
+    slot; ``()`` is ASTRA-sim's one-slot rule. ``a2a_rate``: a kernel's
+    progress rate under an expert all-to-all (1: no contention).
     """
-    replay = _Replay(programs, durations, background)
+    replay = _Replay(programs, durations, background, a2a_rate)
     replay.run()
     return [replay.timing(s) for s in range(replay.p)]

@@ -56,3 +56,19 @@ def test_replay_and_analytical_agree(model, plan, gpus):
     replay = ReplaySimulator().evaluate(work, hw).iteration_time_s
     analytical = AnalyticalSimulator().evaluate(work, hw).iteration_time_s
     assert analytical == pytest.approx(replay, rel=0.10)
+
+
+def test_a_kernel_under_an_expert_all_to_all_progresses_at_the_contention_rate():
+    """A 1 s kernel issued with a 0.5 s EP all-to-all, rate 0.4: 0.5 s at 0.4 (0.2 s of work), then 0.8 s alone.
+
+    The kernel ends at 1.3 s = 1 + (1 - 0.4) x 0.5, the analytical model's charge for a compute-bound pair; the
+    0.3 s of slowdown is exposed EP time. A kernel issued after the all-to-all ends runs at full speed.
+    """
+    a2a = ProgramNode(id=0, name="dispatch", type="coll", phase="fwd", collective="all_to_all", group="ep",
+                      group_size=8)
+    prog = StageProgram(0, (a2a, comp(1), comp(2, ctrl=(1,))))
+    (t,) = replay_stages([prog], [np.array([0.5, 1.0, 0.25])], a2a_rate=0.4)
+    assert t.finish_s == pytest.approx(1.3 + 0.25)
+    assert t.compute_s == pytest.approx(1.25) and t.exposed_s["ep"] == pytest.approx(0.3)
+    (free,) = replay_stages([prog], [np.array([0.5, 1.0, 0.25])])
+    assert free.finish_s == pytest.approx(1.25) and free.exposed_s["ep"] == pytest.approx(0.0)
