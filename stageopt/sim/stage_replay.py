@@ -165,7 +165,7 @@ class _Replay:
                 end = t + float(self.durations[s][i])
                 if slot == 0:
                     self.spans[s].setdefault("compute", []).append((t, end))
-                    extra = self.contention(s, t, end - t)
+                    extra = self.contention(s, t, end - t) if self.a2a_rate < 1 else 0.0
                     if extra > 0:
                         self.spans[s].setdefault("ep", []).append((end, end + extra))
                         end += extra
@@ -178,7 +178,7 @@ class _Replay:
     def contention(self, s: int, t: float, d: float) -> float:
         """Extra seconds a ``d``-second kernel issued at ``t`` runs under the stage's expert all-to-alls."""
         under, rate = self.a2a_end[s] - t, self.a2a_rate
-        if under <= 0 or rate >= 1:
+        if under <= 0:
             return 0.0
         return d / rate - d if d <= rate * under else (1 - rate) * under
 
