@@ -9,9 +9,9 @@ comments stay. Usage::
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 from stageopt.validation.calibrate import FAMILIES
@@ -50,8 +50,15 @@ def apply(family: str, hw_set: list[str]) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Write calibration.json's fitted parameters into the presets.")
+    parser.add_argument("families", nargs="*", metavar="FAMILY",
+                        help="GPU families to apply (default: every one calibration.json holds)")
+    families = parser.parse_args().families
     fitted = json.loads((HERE / "calibration.json").read_text())
-    for family in sys.argv[1:] or [f for f in FAMILIES if f in fitted]:
+    missing = [f for f in families if f not in fitted or f not in FAMILIES]
+    if missing:
+        parser.error(f"calibration.json has no fit for {', '.join(missing)}; run calibrate.py {' '.join(missing)} first")
+    for family in families or [f for f in FAMILIES if f in fitted]:
         apply(family, fitted[family]["hw_set"])
 
 

@@ -15,8 +15,8 @@ Run: python experiments/validation/calibrate.py [--exact] [family ...]
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -67,9 +67,15 @@ def calibrate_family(family: str, runs, exact: bool) -> dict:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    exact = "--exact" in args
-    families = [a for a in args if a != "--exact"] or list(FAMILIES)
+    parser = argparse.ArgumentParser(description="Fit each GPU family's physical parameters to the published runs.")
+    parser.add_argument("families", nargs="*", metavar="FAMILY",
+                        help=f"GPU families to fit (default: all of {', '.join(sorted(FAMILIES))})")
+    parser.add_argument("--exact", action="store_true", help="refit for every held-out source (slow)")
+    args = parser.parse_args()
+    unknown = [f for f in args.families if f not in FAMILIES]
+    if unknown:
+        parser.error(f"unknown GPU family {', '.join(unknown)}; choose from {', '.join(sorted(FAMILIES))}")
+    exact, families = args.exact, args.families or list(FAMILIES)
     runs = load_runs(HERE / "published_runs.csv")
     out_path = HERE / "calibration.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}

@@ -13,8 +13,8 @@ Run: python experiments/validation/run_validation.py [published_runs.csv]
 
 from __future__ import annotations
 
+import argparse
 import csv
-import sys
 from pathlib import Path
 
 from stageopt.validation import family_ranking, load_runs, mape, predict_all, repeated_setups
@@ -72,7 +72,13 @@ def print_repeats(comps) -> None:
 
 
 def main() -> None:
-    runs = load_runs(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "published_runs.csv")
+    parser = argparse.ArgumentParser(description="Predicted vs published throughput of every published run.")
+    parser.add_argument("runs", nargs="?", type=Path, default=HERE / "published_runs.csv",
+                        help="CSV of published runs (default: published_runs.csv beside this script)")
+    path = parser.parse_args().runs
+    if not path.is_file():
+        parser.error(f"runs file {path} not found; give the path of a published-runs CSV")
+    runs = load_runs(path)
     comps, refused = predict_all(runs)
     print(f"{'source':<40} {'rows':>4} {'MAPE':>7} {'signed':>7}")
     for source, group in sorted(by_key(comps, lambda c: c.run.source).items()):

@@ -19,8 +19,8 @@ figures it prints are labelled as such and written to serving_results_whatif.csv
 
 from __future__ import annotations
 
+import argparse
 import csv
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -38,10 +38,15 @@ def predicted(est, metric: str) -> float:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    overrides = [args[i + 1] for i, a in enumerate(args) if a == "--hw-set"]
-    rest = [a for i, a in enumerate(args) if a != "--hw-set" and (i == 0 or args[i - 1] != "--hw-set")]
-    path = Path(rest[0]) if rest else HERE / "serving_runs.csv"
+    parser = argparse.ArgumentParser(description="Predicted vs published serving throughput and latency.")
+    parser.add_argument("runs", nargs="?", type=Path, default=HERE / "serving_runs.csv",
+                        help="CSV of published serving runs (default: serving_runs.csv beside this script)")
+    parser.add_argument("--hw-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="what-if: override a hardware field on every row (repeatable)")
+    args = parser.parse_args()
+    overrides, path = args.hw_set, args.runs
+    if not path.is_file():
+        parser.error(f"runs file {path} not found; give the path of a serving-runs CSV")
     rows = list(csv.DictReader(path.open()))
     if overrides:
         print(f"WHAT-IF: every row with --hw-set {' '.join(overrides)}")
