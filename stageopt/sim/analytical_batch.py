@@ -86,7 +86,7 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict
         valid = tables["valid"][:, s]
         parts = stage_time_parts(cost, comp, t_p2p, c)
         tail = stage_tail(hw, proto, cost, comp, c, m)
-        parts["zero3"] = zero3_exposed(tail, parts["compute"], proto.framework.zero3_prefetch)
+        parts["zero3"] = zero3_exposed(hw, tail, parts["compute"], proto.framework.zero3_prefetch)
         parts["offload"] = parts_offload  # pp = 1 wherever it is not zero
         parts["time"] = sum(parts[k] for k in ("compute", "tp", "cp", "ep", "p2p", "zero3", "offload"))
         mem = stage_memory(proto, cost, comp, c, m, s, offload)

@@ -41,8 +41,10 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     bwd_one = sum(n * cost[k]["bwd"] for k, n in comp.items() if k in cost)
     fwd_one = sum(n * cost[k]["fwd"] for k, n in comp.items() if k in cost)
     overlap = c["dp_overlap"]
-    exposed = np.where(overlap, np.maximum(grad_t / layers, grad_t - bwd_one), grad_t)
-    exposed = exposed + np.where(overlap, np.maximum(gather_t / layers, gather_t - fwd_one), gather_t)
+    grad_exposed = np.where(overlap, np.maximum(grad_t / layers, grad_t - bwd_one), grad_t)
+    gather_exposed = np.where(overlap, np.maximum(gather_t / layers, gather_t - fwd_one), gather_t)
+    hidden = grad_t - grad_exposed + gather_t - gather_exposed
+    exposed = grad_exposed + gather_exposed + contention_share(hw) * hidden
     dp_time = np.where(zero >= 3, 0.0, exposed)
     bucket = stack.zero3_bucket_params
     gathers = sum(sync("all_gather", p, n, s, w_bytes, bucket, per_block=True) for p, n, s in groups)
@@ -78,13 +80,21 @@ def bucketed_time(hw: Hardware, kind: str, params, per_param_bytes: int, n, stri
     return np.where(params > 0, buckets * collective_time(hw, kind, params * per_param_bytes / buckets, n, stride), 0.0)
 
 
-def zero3_exposed(tail: dict[str, np.ndarray], compute: np.ndarray, overlap: np.ndarray) -> np.ndarray:
+def zero3_exposed(hw: Hardware, tail: dict[str, np.ndarray], compute: np.ndarray, overlap: np.ndarray) -> np.ndarray:
     """ZeRO-3 communication left on a micro-batch's critical path.
 
     With overlap, each block's gather is prefetched while the previous block
     computes and scatters drain behind the backward, on their own stream: only
     the first gather waits, plus whatever the communication has beyond the
-    compute. Without overlap all of it is exposed.
+    compute, and the compute it runs beside slows (:func:`contention_share`).
+    Without overlap all of it is exposed.
     """
-    hidden = np.maximum(tail["zero3"] - compute, 0.0) + tail["zero3_first"]
-    return np.where(overlap, np.minimum(hidden, tail["zero3"]), tail["zero3"])
+    left = np.minimum(np.maximum(tail["zero3"] - compute, 0.0) + tail["zero3_first"], tail["zero3"])
+    overlapped = left + contention_share(hw) * (tail["zero3"] - left)
+    return np.where(overlap, overlapped, tail["zero3"])
+
+
+def contention_share(hw: Hardware) -> float:
+    """Seconds a step loses per second a data-parallel collective runs beside compute: the kernels
+    progress at the GPU's ``overlapped_rate`` meanwhile (:mod:`stageopt.hardware.efficiency`)."""
+    return 1.0 - hw.gpu.efficiency.overlapped_rate

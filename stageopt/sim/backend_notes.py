@@ -18,7 +18,8 @@ from stageopt.program.nodes import COLL, StageProgram
 
 DP_STREAM = ("data-parallel collectives (gradient buckets, ZeRO-3 gathers and scatters) share ASTRA-sim's one "
              "communication slot with TP collectives and pipeline sends; --backend replay runs them on a background "
-             "stream as Megatron-LM and FSDP do (--backend replay --dp-stream shared uses ASTRA-sim's rule)")
+             "stream as Megatron-LM and FSDP do, slowing the kernels beside them (gpu.efficiency.overlap_slowdown) "
+             "(--backend replay --dp-stream shared uses ASTRA-sim's rule)")
 TP_OVERLAP = ("TP communication overlapped with GEMMs (tp_overlap=on): replay and analytical keep only the part of "
               "each TP collective that the chunked GEMMs cannot hide; ASTRA-sim runs whole collectives (replay "
               "reproduces it with tp_overlap=off in the plan)")

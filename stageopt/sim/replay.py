@@ -10,9 +10,10 @@ Cost does not grow with data-parallel size.
 collectives on their own stream, as Megatron-LM does; ``shared`` puts them on
 the one communication slot, ASTRA-sim's rule, which is how the replay
 reproduces ``--backend astra-sim``. With ``background``, kernels that run
-under a combined-1F1B pair's expert all-to-alls (``ep_overlap``) slow down as
-the analytical model charges (:mod:`stageopt.sim.stage_replay`); ASTRA-sim
-prices no such contention, and neither does ``shared``.
+under a combined-1F1B pair's expert all-to-alls (``ep_overlap``) or beside a
+data-parallel collective slow down as the analytical model charges
+(:mod:`stageopt.sim.stage_replay`); ASTRA-sim prices no such contention, and
+neither does ``shared``.
 """
 
 from __future__ import annotations
@@ -42,10 +43,14 @@ class ReplaySimulator(Simulator):
     def evaluate(self, work: Workload, hw: Hardware) -> Estimate:
         programs = build_programs(work, self.options)
         background = BACKGROUND_PHASES if self.dp_stream == "background" else ()
-        # ASTRA-sim's rules (shared) know no contention; Megatron's combined 1F1B pays it (ep_overlap)
-        contended = work.plan.ep_overlap and self.dp_stream == "background"
-        rate = hw.gpu.efficiency.a2a_overlap_saving if contended else 1.0
-        timings = replay_stages(programs, [node_durations(p, work, hw) for p in programs], background, rate)
+        # ASTRA-sim's rules (shared) know no contention; Megatron's combined 1F1B pays it (ep_overlap), and
+        # every kernel beside a background data-parallel collective does
+        own_stream = self.dp_stream == "background"
+        eff = hw.gpu.efficiency
+        a2a_rate = eff.a2a_overlap_saving if work.plan.ep_overlap and own_stream else 1.0
+        dp_rate = eff.overlapped_rate if own_stream else 1.0
+        timings = replay_stages(programs, [node_durations(p, work, hw) for p in programs], background, a2a_rate,
+                                dp_rate)
         slowest = max(timings, key=lambda t: t.finish_s)
         e = slowest.exposed_s
         comm = slowest.comm_only_s - e["offload"]

@@ -19,7 +19,9 @@ With ``a2a_rate`` below 1 (combined-1F1B plans, ``ep_overlap``), a kernel issued
 while an expert all-to-all runs progresses at that rate until the all-to-all
 ends: the two contend for SMs and HBM, and of each second overlapped only
 ``a2a_rate`` is saved (the analytical model's ``a2a_overlap_saving``, the same
-figure). The slowdown is charged as exposed EP time.
+figure). The slowdown is charged as exposed EP time. Likewise a kernel issued
+while a background data-parallel collective runs progresses at ``dp_rate``
+(the GPU's ``overlapped_rate``), the slowdown charged as exposed DP time.
 Cost is O(nodes of one rank per stage) whatever the data-parallel size.
 """
 
@@ -40,6 +42,7 @@ BACKGROUND_PHASES = ("dp", "zero3")
 # background gradient bucket may run meanwhile), then communication.
 CATEGORIES = ("offload", "tp", "cp", "ep", "p2p", "dp")
 COPY_SLOT = 3  # host copies (activation offloading) run on the copy engine, beside compute and communication
+CONTENDERS = ("ep", "dp")  # collectives the kernels beside them slow down, by the category their slowdown is charged to
 
 
 @dataclass(frozen=True)
@@ -110,10 +113,14 @@ class _Replay:
     """Mutable state of one replay: ready queues, busy slots, pending messages, busy spans."""
 
     def __init__(self, programs: list[StageProgram], durations: list[np.ndarray],
-                 background: tuple[str, ...] = BACKGROUND_PHASES, a2a_rate: float = 1.0) -> None:
+                 background: tuple[str, ...] = BACKGROUND_PHASES, a2a_rate: float = 1.0,
+                 dp_rate: float = 1.0) -> None:
         self.p = len(programs)
-        self.a2a_rate = a2a_rate
-        self.a2a_end = [0.0] * self.p  # when the expert all-to-alls in flight end, per stage
+        # per contending kind (index into CONTENDERS): the kernels' progress rate beside it, and per stage
+        # when the collectives of that kind in flight end
+        self.rates = (a2a_rate, dp_rate)
+        self.contending = [kind for kind, rate in enumerate(self.rates) if rate < 1]
+        self.contended_until = [[0.0, 0.0] for _ in range(self.p)]
         self.nodes = [prog.nodes for prog in programs]
         self.durations = durations
         self.waiting = [np.array([len(n.data_deps) + len(n.ctrl_deps) for n in ns], dtype=np.int64)
@@ -125,10 +132,10 @@ class _Replay:
                 for d in (*n.data_deps, *n.ctrl_deps):
                     kids[d].append(n.id)
             self.children.append(kids)
-        self.contends = [[a2a_rate < 1 and n.type == COLL and (n.collective, n.group) == ("all_to_all", "ep")
-                          for n in ns] for ns in self.nodes]
         self.slot_of = [[0 if n.type == COMP else COPY_SLOT if n.type == COPY else (2 if n.phase in background else 1)
                          for n in ns] for ns in self.nodes]
+        self.contends = [[self._contender(n, slot) for n, slot in zip(ns, slots)]
+                         for ns, slots in zip(self.nodes, self.slot_of)]
         self.ready: list[tuple[list[int], ...]] = [([], [], [], []) for _ in range(self.p)]
         self.busy = [[False, False, False, False] for _ in range(self.p)]
         self.events: list[tuple[float, int, int, int]] = []  # (time, seq, stage, node)
@@ -165,22 +172,35 @@ class _Replay:
                 end = t + float(self.durations[s][i])
                 if slot == 0:
                     self.spans[s].setdefault("compute", []).append((t, end))
-                    extra = self.contention(s, t, end - t) if self.a2a_rate < 1 else 0.0
+                    extra, kind = self.contention(s, t, end - t) if self.contending else (0.0, 0)
                     if extra > 0:
-                        self.spans[s].setdefault("ep", []).append((end, end + extra))
+                        self.spans[s].setdefault(CONTENDERS[kind], []).append((end, end + extra))
                         end += extra
                 else:
-                    if self.contends[s][i]:
-                        self.a2a_end[s] = max(self.a2a_end[s], end)
+                    kind = self.contends[s][i]
+                    if kind >= 0:
+                        self.contended_until[s][kind] = max(self.contended_until[s][kind], end)
                     self.spans[s].setdefault(category(self.nodes[s][i]), []).append((t, end))
                 self.schedule(end, s, i)
 
-    def contention(self, s: int, t: float, d: float) -> float:
-        """Extra seconds a ``d``-second kernel issued at ``t`` runs under the stage's expert all-to-alls."""
-        under, rate = self.a2a_end[s] - t, self.a2a_rate
-        if under <= 0:
-            return 0.0
-        return d / rate - d if d <= rate * under else (1 - rate) * under
+    def _contender(self, node, slot: int) -> int:
+        """Which kind of contention a node causes (an index into CONTENDERS), or -1."""
+        if node.type != COLL:
+            return -1
+        if self.rates[0] < 1 and (node.collective, node.group) == ("all_to_all", "ep"):
+            return 0
+        return 1 if self.rates[1] < 1 and slot == 2 else -1
+
+    def contention(self, s: int, t: float, d: float) -> tuple[float, int]:
+        """Extra seconds a ``d``-second kernel issued at ``t`` runs beside the stage's contending collectives
+        (the worst kind in flight), and that kind."""
+        worst, which = 0.0, 0
+        for kind in self.contending:
+            under, rate = self.contended_until[s][kind] - t, self.rates[kind]
+            if under > 0:
+                extra = d / rate - d if d <= rate * under else (1 - rate) * under
+                worst, which = max((worst, which), (extra, kind))
+        return worst, which
 
     def complete(self, t: float, s: int, i: int) -> None:
         node = self.nodes[s][i]
@@ -227,13 +247,15 @@ class _Replay:
 
 
 def replay_stages(programs: list[StageProgram], durations: list[np.ndarray],
-                  background: tuple[str, ...] = BACKGROUND_PHASES, a2a_rate: float = 1.0) -> list[StageTiming]:
+                  background: tuple[str, ...] = BACKGROUND_PHASES, a2a_rate: float = 1.0,
+                  dp_rate: float = 1.0) -> list[StageTiming]:
     """Run every stage's program; ``durations[s][i]`` is node i's busy time in seconds.
 
     ``background``: phases whose collectives get the second communication
-    slot; ``()`` is ASTRA-sim's one-slot rule. ``a2a_rate``: a kernel's
-    progress rate under an expert all-to-all (1: no contention).
+    slot; ``()`` is ASTRA-sim's one-slot rule. ``a2a_rate`` and ``dp_rate``: a
+    kernel's progress rate beside an expert all-to-all and beside a background
+    data-parallel collective (1: no contention).
     """
-    replay = _Replay(programs, durations, background, a2a_rate)
+    replay = _Replay(programs, durations, background, a2a_rate, dp_rate)
     replay.run()
     return [replay.timing(s) for s in range(replay.p)]

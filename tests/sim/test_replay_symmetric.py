@@ -72,3 +72,20 @@ def test_a_kernel_under_an_expert_all_to_all_progresses_at_the_contention_rate()
     assert t.compute_s == pytest.approx(1.25) and t.exposed_s["ep"] == pytest.approx(0.3)
     (free,) = replay_stages([prog], [np.array([0.5, 1.0, 0.25])])
     assert free.finish_s == pytest.approx(1.25) and free.exposed_s["ep"] == pytest.approx(0.0)
+
+
+def test_a_kernel_beside_a_background_gradient_bucket_progresses_at_the_overlapped_rate():
+    """A 2 s kernel issued with a 1 s gradient reduce-scatter on the background slot, rate 1/1.189 (H100's
+    overlap_slowdown 0.189): 1 s at 1/1.189 (0.841 s of work), then 1.159 s alone; it ends at
+    1 + 2 - 0.841 = 2.159 s, the analytical model's 2 + (1 - 1/1.189) x 1. The 0.159 s is exposed DP time.
+    On ASTRA-sim's one slot (no background phases) the same program knows no contention."""
+    rate = load_hardware("h100-sxm").gpu.efficiency.overlapped_rate
+    assert rate == pytest.approx(1 / 1.189)
+    bucket = ProgramNode(id=0, name="grads", type="coll", phase="dp", collective="reduce_scatter", group="dp",
+                         group_size=8)
+    prog = StageProgram(0, (bucket, comp(1)))
+    (t,) = replay_stages([prog], [np.array([1.0, 2.0])], dp_rate=rate)
+    assert t.finish_s == pytest.approx(2.0 + (1 - 1 / 1.189) * 1.0)
+    assert t.compute_s == pytest.approx(2.0) and t.exposed_s["dp"] == pytest.approx((1 - 1 / 1.189) * 1.0)
+    (shared,) = replay_stages([prog], [np.array([1.0, 2.0])], background=(), dp_rate=rate)
+    assert shared.finish_s == pytest.approx(2.0)  # the bucket on the shared slot: the kernel runs at full speed
