@@ -235,6 +235,21 @@ class Plan:
         return self.zero
 
     @property
+    def fsdp_step_sync(self) -> bool:
+        """ZeRO-3 held unsharded across micro-batches (:attr:`step_zero` 1): the step's gradient sync and
+        parameter gather are still FSDP's, one collective per wrapped module (``zero3_bucket_params``; None:
+        one per block), not the stack's gradient buckets, which only its DDP path uses."""
+        return self.zero == 3 and self.step_zero < 3
+
+    @property
+    def dp_sync_bucket_params(self):
+        """Parameters per collective of the step's data-parallel sync (None: one per block), see
+        :attr:`fsdp_step_sync`."""
+        if self.fsdp_step_sync:
+            return self.framework.zero3_bucket_params
+        return self.framework.grad_bucket(self.dp * self.cp)
+
+    @property
     def grad_cast_add_bytes(self) -> int:
         """HBM bytes per parameter and micro-batch the stack spends adding bf16 gradients into fp32 ones."""
         return self.framework.grad_cast_add_bytes(self.dtype, self.grad_dtype, self.step_zero)

@@ -71,13 +71,13 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
 def collective_buckets(node, size: float, plan) -> float:
     """How many collectives the stack issues for one data-parallel node (each pays the latency).
 
-    Gradient syncs go in buckets of ``grad_bucket_params``; ZeRO-3 gathers and
-    scatters in buckets of ``zero3_bucket_params`` (None: the node's block at once).
+    Gradient syncs go in buckets of ``grad_bucket_params`` (FSDP's step-end sync, where the stack holds
+    parameters across micro-batches, as ZeRO-3's); ZeRO-3 gathers and scatters in buckets of
+    ``zero3_bucket_params`` (None: the node's block at once).
     ``size`` is the whole buffer (an all-gather's output). The trace writer
     issues the same number of collectives (:mod:`stageopt.program.tier_split`).
     """
-    stack = plan.framework
-    bucket = {"dp": stack.grad_bucket(plan.dp * plan.cp), "zero3": stack.zero3_bucket_params}.get(node.phase)
+    bucket = {"dp": plan.dp_sync_bucket_params, "zero3": plan.framework.zero3_bucket_params}.get(node.phase)
     if bucket is None or node.group not in DP_GROUP_NAMES:
         return 1.0
     per_param = plan.dtype_bytes if node.collective == "all_gather" else plan.grad_bytes

@@ -43,6 +43,7 @@ SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "
 def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays = {f: np.array([getattr(p, f) for p in plans], dtype=float) for f in FIELDS}
     arrays["zero"] = np.array([p.step_zero for p in plans], dtype=float)
+    arrays["fsdp_step"] = np.array([p.fsdp_step_sync for p in plans], dtype=bool)  # step sync per FSDP block
     arrays["shard_dp"] = np.array([p.shard_dp for p in plans], dtype=float)  # dp unless hybrid sharding
     arrays["expert_dp"] = np.array([p.expert_dp_ranks for p in plans], dtype=float)  # experts' gradient group
     arrays["etp"] = np.array([p.expert_tp for p in plans], dtype=float)  # EP groups step by etp (ranks.py)

@@ -30,13 +30,21 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     def sync(kind, params, n, stride, per_param_bytes, bucket, per_block=False):
         return bucketed_time(hw, kind, params, per_param_bytes, n, stride, bucket, layers if per_block else 1)
 
+    def step_sync(kind, params, n, stride, per_param_bytes, bucket):
+        """The step's sync: DDP-style buckets, or FSDP's per-block collectives where ZeRO-3 is held across
+        micro-batches (``fsdp_step``; with ``dp_overlap=off`` the whole stage at once, as the program)."""
+        blocks = np.where(c["dp_overlap"], layers, 1)
+        fsdp = bucketed_time(hw, kind, params, per_param_bytes, n, stride, stack.zero3_bucket_params, blocks)
+        return np.where(c["fsdp_step"], fsdp, sync(kind, params, n, stride, per_param_bytes, bucket))
+
     bucket = stack.grad_bucket(c["dp"] * c["cp"])
     whole = (zero == 0) | stack.all_reduces_sharded_grads(proto.dtype)  # every rank receives all gradients
-    grad_t = sum(np.where(whole, sync("all_reduce", p, n, s, g_bytes, bucket),
-                          sync("reduce_scatter", p, n, s, g_bytes, bucket)) for p, n, s in groups)
+    grad_t = sum(np.where(whole, step_sync("all_reduce", p, n, s, g_bytes, bucket),
+                          step_sync("reduce_scatter", p, n, s, g_bytes, bucket)) for p, n, s in groups)
     across = c["tp"] * shard  # hybrid sharding: each dense shard all-reduced over the copies
-    grad_t = grad_t + np.where(replicas > 1, sync("all_reduce", dense / shard, replicas, across, g_bytes, bucket), 0)
-    gather_t = sum(np.where((zero >= 1) & (zero <= 2), sync("all_gather", p, n, s, w_bytes, bucket), 0)
+    grad_t = grad_t + np.where(replicas > 1, step_sync("all_reduce", dense / shard, replicas, across, g_bytes,
+                                                       bucket), 0)
+    gather_t = sum(np.where((zero >= 1) & (zero <= 2), step_sync("all_gather", p, n, s, w_bytes, bucket), 0)
                    for p, n, s in groups)
     bwd_one = sum(n * cost[k]["bwd"] for k, n in comp.items() if k in cost)
     fwd_one = sum(n * cost[k]["fwd"] for k, n in comp.items() if k in cost)
