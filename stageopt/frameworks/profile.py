@@ -21,6 +21,7 @@ from stageopt.errors import ConfigError
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 BUCKETS = ("layer", "chunk", "stage")
+LOW_PRECISION_RECIPES = ("fp8", "nvfp4")
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
 FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1")
@@ -83,10 +84,18 @@ class FrameworkProfile:
     ``pytorch`` (``F.cross_entropy(logits.float())``, torchtitan: its backward
     holds the saved log-softmax, the gradient it receives and the one it
     returns, all fp32; 4 and 12).
-    ``fp8_saves_inputs``: in FP8 training each FP8 GEMM keeps only the FP8 copy
-    of its input for the weight gradient (Transformer Engine); otherwise it
-    keeps the high-precision input and casts it again in backward (torchao's
-    Float8Linear), so FP8 saves what bf16 saves.
+    ``fp8_saves_inputs``: in FP8 (or NVFP4) training each low-precision GEMM
+    keeps only the quantized copy of its input for the weight gradient
+    (Transformer Engine); otherwise it keeps the high-precision input and casts
+    it again in backward (torchao's Float8Linear), so FP8 saves what bf16 saves.
+    ``low_precision``: the low-precision GEMM recipes the stack ships (``fp8``;
+    ``nvfp4``: Transformer Engine's NVFP4 block scaling, Blackwell only).
+    ``tp_async_backward``: without userbuffer overlap, a linear layer's backward
+    still issues two TP collectives asynchronously, each beside a GEMM of the
+    same layer: the re-gather of its sequence-parallel input beside the
+    data-gradient GEMM, the reduce-scatter (or all-reduce) of its input gradient
+    beside the weight-gradient GEMM (Transformer Engine's ``Linear``; Megatron-Core's
+    ``LinearWithGradAccumulationAndAsyncCommunication``).
     ``sp_saves_shard``: with sequence parallelism a tensor-parallel all-gather's
     output that backward reads is saved as its 1/tp shard and gathered again in
     backward (Megatron-LM's sequence parallelism); otherwise it is saved whole and
@@ -126,6 +135,8 @@ class FrameworkProfile:
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
     cross_entropy: Literal["te_fused", "in_place", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False
+    low_precision: tuple[str, ...] = ("fp8",)
+    tp_async_backward: bool = False
     sp_saves_shard: bool = True
     grad_cast_add: bool = False
 
@@ -135,6 +146,9 @@ class FrameworkProfile:
         bad = [f for f in self.fusions if f not in FUSION_GROUPS]
         if bad:
             raise ConfigError(f"framework {self.name}: fusions {bad} unknown; choose from {', '.join(FUSION_GROUPS)}")
+        if any(d not in LOW_PRECISION_RECIPES for d in self.low_precision):
+            raise ConfigError(f"framework {self.name}: low_precision {list(self.low_precision)} must list "
+                              f"some of {', '.join(LOW_PRECISION_RECIPES)}")
         unknown = [s for s in self.schedules if s not in SCHEDULE_NAMES]
         if unknown or not self.schedules:
             raise ConfigError(f"framework {self.name}: schedules {list(self.schedules)} must be a non-empty "
@@ -148,7 +162,7 @@ class FrameworkProfile:
 
     def default_grad_dtype(self, dtype: str) -> str:
         """The gradient dtype this stack uses for a plan computing in ``dtype``."""
-        return self.grad_reduce_dtype if dtype in ("bf16", "fp8") else "bf16"
+        return self.grad_reduce_dtype if dtype in ("bf16", "fp8", "nvfp4") else "bf16"
 
     def grad_cast_add_bytes(self, dtype: str, grad_dtype: str, zero: int) -> int:
         """HBM bytes per parameter and micro-batch that staging bf16 gradients into fp32 costs (0: none)."""
@@ -157,7 +171,7 @@ class FrameworkProfile:
 
     def all_reduces_sharded_grads(self, dtype: str) -> bool:
         """Whether ZeRO-1/2 gradients are all-reduced whole (not reduce-scattered) for ``dtype`` training."""
-        return self.bf16_grad_all_reduce and dtype in ("bf16", "fp8")
+        return self.bf16_grad_all_reduce and dtype in ("bf16", "fp8", "nvfp4")
 
     def default_zero(self, dp: int, cp: int = 1) -> int:
         """The ZeRO stage this stack uses when the plan does not say (states shard over dp x cp)."""

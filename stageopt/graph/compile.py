@@ -17,7 +17,7 @@ import sympy as sp
 from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.fusion import gemm_groups
 from stageopt.graph.layout import PARTIAL
-from stageopt.graph.overlap import overlap_partners
+from stageopt.graph.overlap import async_backward_partners, overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
@@ -25,6 +25,9 @@ from stageopt.model.layer_types import HEAD_KINDS
 
 PHASES = ("fwd", "bwd", "recompute")
 COMPUTE_KINDS = ("matmul", "attention", "vector")
+# Bytes an element of the low-precision copy a GEMM keeps for its weight gradient: FP8, and NVFP4's 4-bit
+# value with one E4M3 scale per 16 elements.
+LOW_PRECISION_SAVED = {"fp8": sp.Integer(1), "nvfp4": sp.Rational(9, 16)}
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class CollectiveSpec:
     axis: str
     index: int  # position of input_bytes in the value vector; output_bytes follows
     hides: tuple[int, ...] = ()  # op-table rows of the GEMMs it can overlap (stageopt.graph.overlap)
+    async_hides: tuple[int, ...] = ()  # op-table rows of the GEMM it runs beside when issued asynchronously
 
 
 @dataclass(frozen=True)
@@ -70,9 +74,12 @@ def saved_bytes_key(plan) -> str:
     reads keeps its high-precision form beside it. A stack whose FP8 GEMMs
     keep the high-precision input and cast it again in backward (torchao's
     Float8Linear) saves what bf16 training saves (``fp8_saves_inputs``).
+    Transformer Engine's NVFP4 recipe keeps the NVFP4 copy likewise (4.5 bits
+    an element with its block scales).
     """
-    fp8 = plan.dtype == "fp8" and plan.framework.fp8_saves_inputs
-    return "saved_bytes_fp8" if fp8 else "saved_bytes"
+    if plan.dtype in LOW_PRECISION_SAVED and plan.framework.fp8_saves_inputs:
+        return f"saved_bytes_{plan.dtype}"
+    return "saved_bytes"
 
 
 def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[CollectiveSpec]]:
@@ -92,7 +99,7 @@ def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[Colle
                                             if op.kind in COMPUTE_KINDS)}
     for phase in PHASES:
         ops = _phase_ops(graph, phase)
-        partners = overlap_partners(ops)
+        partners, beside = overlap_partners(ops), async_backward_partners(ops)
         for i, op in enumerate(ops):
             if op.collective is None:
                 continue
@@ -100,12 +107,16 @@ def block_expressions(graph: BlockGraph) -> tuple[dict[str, sp.Expr], list[Colle
             exprs[f"{key}_in"] = op.collective.input_bytes
             exprs[f"{key}_out"] = op.collective.output_bytes
             hides = tuple(row[id(ops[j])] for j in partners.get(i, ()))
-            colls.append(CollectiveSpec(op.name, phase, op.collective.kind, op.collective.axis, len(names), hides))
+            async_hides = tuple(row[id(ops[j])] for j in beside.get(i, ()))
+            colls.append(CollectiveSpec(op.name, phase, op.collective.kind, op.collective.axis, len(names), hides,
+                                        async_hides))
             names += [f"{key}_in", f"{key}_out"]
     acts = [t for t in graph.saved if t.role != "logits"]
     exprs["saved_bytes"] = _sum([t.local_bytes() for t in acts])
-    exprs["saved_bytes_fp8"] = _sum([(0 if t.uid in graph.fp8_only else t.local_bytes())
-                                     + (t.local_numel() if t.uid in graph.fp8_saved else 0) for t in acts])
+    for dtype, copy_bytes in LOW_PRECISION_SAVED.items():
+        exprs[f"saved_bytes_{dtype}"] = _sum([(0 if t.uid in graph.fp8_only else t.local_bytes())
+                                              + (copy_bytes * t.local_numel() if t.uid in graph.fp8_saved else 0)
+                                              for t in acts])
     exprs["logits_bytes"] = _sum([t.local_bytes() for t in graph.saved if t.role == "logits"])
     exprs["working_bytes"] = _sum([t.local_bytes() for t in graph.working_set if t.role != "logits"])
     exprs["boundary_bytes"] = graph.output.local_bytes() if graph.kind not in HEAD_KINDS else sp.Integer(0)

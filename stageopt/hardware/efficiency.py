@@ -77,15 +77,23 @@ class MatmulEfficiency:
     peak_fraction: float = field(metadata=bounds(gt=0.4, le=0.95, doc="bf16/fp16 share of peak per full tile"))
     fp8_peak_fraction: float | None = field(default=None, metadata=bounds(
         gt=0.3, le=0.95, doc="fp8 share of fp8 peak per full tile (null: the GPU has no fp8 tensor cores)"))
+    fp4_peak_fraction: float | None = field(default=None, metadata=bounds(
+        gt=0.3, le=0.95, doc="NVFP4 share of FP4 peak per full tile (null: as fp8_peak_fraction)"))
     tile_m: int = field(default=128, metadata=bounds(ge=16, doc="output tile rows"))
     tile_n: int = field(default=256, metadata=bounds(ge=16, doc="output tile columns"))
 
     def __post_init__(self) -> None:
         check_fields(self)
 
-    def fraction(self, lowp: bool) -> float:
-        """Share of peak per full tile for a high-precision (False) or fp8 (True) GEMM."""
-        if lowp and self.fp8_peak_fraction is not None:
+    def fraction(self, dtype: str) -> float:
+        """Share of its peak per full tile of a GEMM running in ``dtype``.
+
+        NVFP4 falls back to the FP8 share where no FP4 figure is set: Blackwell's FP4 MMA doubles the FP8
+        rate through the same tiles and pipeline, so the share of each peak is the same to first order.
+        """
+        if dtype == "nvfp4" and self.fp4_peak_fraction is not None:
+            return self.fp4_peak_fraction
+        if dtype in ("fp8", "nvfp4") and self.fp8_peak_fraction is not None:
             return self.fp8_peak_fraction
         return self.peak_fraction
 

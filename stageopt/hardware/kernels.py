@@ -24,11 +24,13 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
 No kernel takes less than ``host_us``, the time the framework's host thread needs
 to dispatch it: a run of tiny kernels is bound by the CPU, not the GPU.
 
-Precision: with ``dtype=fp8`` only the linear layers' GEMMs run in FP8 (the
-Transformer Engine recipe); attention, the router, the output layer and all
-elementwise work stay in BF16. An FP8 forward or data-gradient GEMM first casts
-its activation operand (read BF16, write FP8 and its transpose: twice the BF16
-bytes of that operand), priced as one extra memory-bound kernel.
+Precision: with ``dtype=fp8`` (or ``nvfp4``) only the linear layers' GEMMs run
+in FP8 (FP4) (the Transformer Engine recipes); attention, the router, the output
+layer and all elementwise work stay in BF16. A low-precision forward or
+data-gradient GEMM first casts its activation operand (read BF16, write the
+row-wise and the column-wise low-precision copies: 2 + 2 x 1 bytes an element
+for FP8, 2 + 2 x 0.5625 for NVFP4 with its block scales), priced as one extra
+memory-bound kernel. NVFP4 GEMMs run at the FP4 peak.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, gemm_padded_flops
-from stageopt.hardware.machine import Hardware
+from stageopt.hardware.machine import DTYPE_BYTES, Hardware
 
 KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3}
 
@@ -46,6 +48,8 @@ KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vect
 # GEMM that casts its activation operand first; FP8-capable GEMM whose operands were
 # cast already (weight gradient: it reuses the transposed copies made for the others).
 HIGH, LOWP_CAST, LOWP = 0, 1, 2
+# Training data types whose linear-layer GEMMs run in low precision (everything else stays BF16).
+LOW_PRECISION = ("fp8", "nvfp4")
 
 
 @dataclass(frozen=True)
@@ -72,22 +76,23 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     ``graph_launch_us`` instead of the launch cost and no host dispatch time.
     """
     gpu, eff = hw.gpu, hw.gpu.efficiency
-    fp8 = dtype == "fp8"
-    high = "bf16" if fp8 else dtype
+    low = dtype in LOW_PRECISION
+    high = "bf16" if low else dtype
     launch = (eff.graph_launch_us if cuda_graphs else eff.launch_us) * 1e-6
     host = 0.0 if cuda_graphs else eff.host_us * 1e-6
     launches = np.asarray(kern.count, dtype=float)
     bandwidth = gpu.hbm_gbps * 1e9 * eff.memory_fraction
     memory = kern.nbytes / bandwidth
-    lowp = (kern.precision != HIGH) & fp8
-    peak = np.where(lowp, gpu.sustained_peak("fp8") if fp8 else 1.0, gpu.sustained_peak(high)) * 1e12
-    fraction = np.where(lowp, eff.matmul.fraction(True), eff.matmul.fraction(False))
+    lowp = (kern.precision != HIGH) & low
+    peak = np.where(lowp, gpu.sustained_peak(dtype) if low else 1.0, gpu.sustained_peak(high)) * 1e12
+    fraction = np.where(lowp, eff.matmul.fraction(dtype), eff.matmul.fraction(high))
     shaped = kern.m * kern.n * kern.k * kern.batch > 0
     padded = np.where(shaped, gemm_padded_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
                                                 np.maximum(kern.batch, 1), eff.matmul.tile_m, eff.matmul.tile_n,
                                                 gpu.sm_count), kern.flops)
+    cast_bytes = (2.0 + 2.0 * DTYPE_BYTES[dtype]) if low else 0.0  # read BF16, write two low-precision copies
     cast = np.where(lowp & (kern.precision == LOWP_CAST),
-                    launch + 2.0 * 2.0 * kern.m * kern.k * kern.batch / bandwidth, 0.0)
+                    launch + cast_bytes * kern.m * kern.k * kern.batch / bandwidth, 0.0)
     matmul = launch + np.maximum(padded / (fraction * peak), memory) + cast
     attn_peak = gpu.sustained_peak(high) * 1e12
     computed = kern.flops * np.where(kern.code == 2, 0.5, 1.0)  # causal kernels skip the masked half

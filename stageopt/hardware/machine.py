@@ -29,7 +29,7 @@ from stageopt.hardware.headroom import default_reserve_gib
 from stageopt.inputs.limits import MAX_GPUS
 from stageopt.inputs.schema import bounds, check_fields
 
-DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
+DType = Literal["bf16", "fp16", "fp8", "nvfp4", "fp32", "tf32"]
 
 # Tensor-core clock against board power under a power limit: clock ~ (limit / TDP) ** 0.63.
 # Why 0.63: NVIDIA's base clock is the clock a part guarantees at its board power under heavy load;
@@ -38,7 +38,11 @@ DType = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
 # (400 W, 1,275 MHz) and A100 PCIe 80GB (300 W, 1,065 MHz), both 108 SMs, 0.835 at 0.75: 0.63 both
 # times (datasheet clocks). Memory-bound kernels are not slowed (HBM has its own clock).
 POWER_CLOCK_EXPONENT = 0.63
-DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
+# NVFP4 (Transformer Engine's block-scaled FP4): a 4-bit E2M1 value per element and one E4M3 scale per
+# 16 elements, 4.5 bits an element (its per-tensor FP32 scale is negligible).
+DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "fp32": 4, "tf32": 4}
+# The tensor-core peak a GEMM of each data type runs at (NVFP4 and MXFP4 share the FP4 peak).
+PEAK_OF_DTYPE: dict[str, str] = {"nvfp4": "fp4"}
 
 NodeTopology = Literal["switch", "fully_connected"]
 ScaleOutTopology = Literal["fat_tree", "rail_optimized", "switch"]
@@ -52,6 +56,7 @@ class PeakTflops:
     fp16: float = field(metadata=bounds(gt=0))
     fp8: float | None = field(metadata=bounds(gt=0))
     fp32: float = field(metadata=bounds(gt=0, doc="non-tensor FP32"))
+    fp4: float | None = field(default=None, metadata=bounds(gt=0, doc="dense FP4 (Blackwell); null: none"))
     tf32: float | None = field(default=None, metadata=bounds(gt=0))
 
     def __post_init__(self) -> None:
@@ -132,10 +137,11 @@ class Gpu:
         """Dense peak TFLOP/s for ``dtype``; a ConfigError if the GPU lacks it."""
         if dtype not in DTYPE_BYTES:
             raise ConfigError(f"dtype {dtype!r} unknown; choose one of {', '.join(DTYPE_BYTES)}")
-        value = getattr(self.peak_tflops, dtype)
+        key = PEAK_OF_DTYPE.get(dtype, dtype)
+        value = getattr(self.peak_tflops, key)
         if value is None:
-            raise ConfigError(f"gpu {self.name} has no {dtype} tensor cores (peak_tflops.{dtype} is null); "
-                              f"use bf16 or another GPU")
+            raise ConfigError(f"gpu {self.name} has no {key} tensor cores (peak_tflops.{key} is null), which "
+                              f"dtype={dtype} needs; use bf16 or another GPU")
         return float(value)
 
     def memory_time_s(self, nbytes: float) -> float:
@@ -151,7 +157,7 @@ class Gpu:
             return 0.0
         eff = self.efficiency
         padded = float(gemm_padded_flops(m, n, k, batch, eff.matmul.tile_m, eff.matmul.tile_n, self.sm_count))
-        compute = padded / (eff.matmul.fraction(dtype == "fp8") * self.sustained_peak(dtype) * 1e12)
+        compute = padded / (eff.matmul.fraction(dtype) * self.sustained_peak(dtype) * 1e12)
         traffic = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
         return max(eff.launch_us * 1e-6 + max(compute, self.memory_time_s(traffic)), eff.host_us * 1e-6)
 

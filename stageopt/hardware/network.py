@@ -112,6 +112,12 @@ def exposed_under_gemm(comm, gemm, chunks):
     return np.maximum(np.asarray(comm) - (chunks - 1) / chunks * np.asarray(gemm), 0.0)
 
 
+def exposed_beside_gemm(comm, gemm):
+    """Communication left exposed when issued asynchronously beside one GEMM (no chunking): what the GEMM
+    does not cover."""
+    return np.maximum(np.asarray(comm) - np.asarray(gemm), 0.0)
+
+
 def p2p_time(hw: Hardware, size, stride):
     """One send between neighbouring pipeline stages, ``stride`` ranks apart."""
     crosses = np.asarray(stride, dtype=float) >= hw.node.gpus

@@ -19,7 +19,8 @@ from stageopt.launch.megatron import pipeline_layout
 from stageopt.model import ModelSpec
 from stageopt.parallel.plan import Plan
 
-MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed",
+                   "nvfp4": "bf16_with_nvfp4_mixed"}
 
 
 def bridge_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
@@ -31,7 +32,8 @@ def bridge_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
         raise refuse("megatron-bridge", "TP communication overlap needs sequence parallelism",
                      "export the plan with sp=on, or with tp_overlap=off")
     if plan.dtype == "fp32":
-        raise refuse("megatron-bridge", "its mixed-precision recipes are bf16, fp16 or fp8", "export with dtype=bf16")
+        raise refuse("megatron-bridge", "its mixed-precision recipes are bf16, fp16, fp8 or nvfp4",
+                     "export with dtype=bf16")
     items = {**_parallelism(model, plan), **_batch(model, plan), **_data_parallel(plan), **_recompute(plan),
              **_execution(model, plan), "mixed_precision": MIXED_PRECISION[plan.dtype]}
     overrides = [f"{key}={_value(value)}" for key, value in items.items()]  # what Hydra reads

@@ -72,8 +72,9 @@ def _check(plan: Plan) -> None:
     if plan.zero == 1:
         raise refuse("torchtitan", "torchtitan has no ZeRO-1 (FSDP2 shards parameters and gradients too)",
                      "export the plan with zero=2 or zero=3 (FSDP2), or zero=0 (DDP)")
-    if plan.dtype == "fp16":
-        raise refuse("torchtitan", "torchtitan trains in bf16 or fp32, not fp16", "export with dtype=bf16")
+    if plan.dtype in ("fp16", "nvfp4"):
+        raise refuse("torchtitan", f"torchtitan trains in bf16, fp8 (torchao) or fp32, not {plan.dtype}",
+                     "export with dtype=bf16 or dtype=fp8")
     if plan.offload_layers:
         raise refuse("torchtitan", "torchtitan has no per-layer activation offloading (Megatron-Core's)",
                      "export with offload_layers=0, or to Megatron-LM or Megatron-Bridge")

@@ -19,6 +19,10 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     if plan.pp > 1 and plan.schedule not in stack.schedules:
         raise InfeasiblePlan(f"plan: schedule={plan.schedule} is not implemented by framework {stack.name} "
                              f"(it runs {', '.join(stack.schedules)}); choose one of those or another --framework")
+    if plan.dtype in ("fp8", "nvfp4") and plan.dtype not in stack.low_precision:
+        shipped = ", ".join(stack.low_precision) or "none"
+        raise InfeasiblePlan(f"plan: dtype={plan.dtype} has no recipe in framework {stack.name} (its low-precision "
+                             f"recipes: {shipped}); use dtype=bf16 or another --framework")
     _divides(plan.tp, "tp", model.heads, "heads")
     _divides(plan.tp, "tp", model.kv_heads, "kv_heads")
     _divides(plan.tp, "tp", model.ffn, "ffn")

@@ -23,7 +23,10 @@ from stageopt.parallel.plan_text import parse_fields
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
-DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+# Bytes a parameter of each training dtype is gathered and held in: low-precision recipes gather FP8 / NVFP4
+# weights (Megatron's fp8_param_gather / fp4_param_gather); NVFP4 is 4.5 bits an element with its block scales.
+DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "nvfp4": 0.5625}
+GRAD_DTYPES = ("bf16", "fp16", "fp32", "fp8")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -160,9 +163,9 @@ class Plan:
                                  f"got {shorten(self.schedule)}")
         if self.adam_moments not in ("fp32", "bf16"):
             raise InfeasiblePlan(f"plan field 'adam_moments' must be fp32 or bf16, got {shorten(self.adam_moments)}")
-        for name in ("dtype", "grad_dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(DTYPES)}, "
+        for name, allowed in (("dtype", tuple(DTYPES)), ("grad_dtype", GRAD_DTYPES)):
+            if getattr(self, name) not in allowed:
+                raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(allowed)}, "
                                      f"got {shorten(getattr(self, name))}")
         check_pipeline_fields(self)
         check_context_fields(self)
@@ -277,7 +280,7 @@ class Plan:
         return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     @property
-    def dtype_bytes(self) -> int:
+    def dtype_bytes(self) -> float:
         return DTYPES[self.dtype]
 
     @property

@@ -27,7 +27,7 @@ import sympy as sp
 from stageopt.graph.block import BlockGraph, build_block
 from stageopt.graph.compile import gemm_shape, kernel_name
 from stageopt.graph.fusion import gemm_groups
-from stageopt.graph.overlap import overlap_partners
+from stageopt.graph.overlap import async_backward_partners, overlap_partners
 from stageopt.graph.symbols import ALL_SYMBOLS
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op
@@ -57,6 +57,7 @@ class OpShape:
     precision: int = 0  # comp: the kernel model's precision class (stageopt.hardware.kernels)
     launches: int = 1  # comp: kernels the op stands for
     hides: tuple[int, ...] = ()  # coll: positions (in the same phase tuple) of the GEMMs it overlaps
+    async_hides: tuple[int, ...] = ()  # coll: position of the GEMM it runs beside when issued asynchronously
     group: int = -1  # comp: its fused GEMM's label (graph.fusion.gemm_groups: first position and join axis)
     wgrad: bool = False  # backward op of the weight-gradient (W) pass
 
@@ -122,7 +123,7 @@ def block_ops(kind: str, arch: Arch, recompute: str) -> BlockOps:
 
     def phase_ops(ops: tuple[Op, ...]) -> tuple[OpShape, ...]:
         out = []
-        partners = overlap_partners(ops)
+        partners, beside = overlap_partners(ops), async_backward_partners(ops)
         groups = gemm_groups(ops, arch.fusions)
         for i, op in enumerate(ops):
             shape = _shape(op, op.phase, len(exprs), id(op) in w_ids)
@@ -130,6 +131,8 @@ def block_ops(kind: str, arch: Arch, recompute: str) -> BlockOps:
                 exprs.extend(_values(op))
             if i in partners:
                 shape = dataclasses.replace(shape, hides=partners[i])
+            if i in beside:
+                shape = dataclasses.replace(shape, async_hides=beside[i])
             if groups[i] >= 0:
                 shape = dataclasses.replace(shape, group=groups[i])
             out.append(shape)

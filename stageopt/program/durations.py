@@ -13,7 +13,7 @@ import numpy as np
 
 from stageopt.hardware import Hardware
 from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seconds
-from stageopt.hardware.network import collective_time, exposed_under_gemm, pipeline_message_time
+from stageopt.hardware.network import collective_time, exposed_beside_gemm, exposed_under_gemm, pipeline_message_time
 from stageopt.parallel.ranks import group_stride
 
 RING_COMMS = ("p2p", "a2a+p2p")  # cp_comm values whose K/V exchange over "cp" is a ring under attention
@@ -22,8 +22,12 @@ from stageopt.program.nodes import COLL, COMP, COPY, SEND, StageProgram
 from stageopt.workload import Workload
 
 
-def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.ndarray:
-    """Busy time of every node of a stage program, in seconds."""
+def node_durations(program: StageProgram, work: Workload, hw: Hardware, tp_async: bool = True) -> np.ndarray:
+    """Busy time of every node of a stage program, in seconds.
+
+    ``tp_async``: price the backward TP collectives the stack issues beside a GEMM by what the GEMM leaves
+    exposed (False: whole, ASTRA-sim's rule, which runs every collective in full).
+    """
     plan = work.plan
     nodes = program.nodes
     out = np.zeros(len(nodes))
@@ -56,6 +60,8 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware) -> np.nd
                                              or (n.group == "cp" and plan.cp_comm in RING_COMMS)):
             chunks = plan.tp if n.group == "tp" else plan.cp // plan.cpa  # the ring's ranks
             out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), chunks)
+        elif n.type == COLL and n.async_overlap and tp_async and plan.framework.tp_async_backward:  # beside a GEMM
+            out[n.id] = exposed_beside_gemm(out[n.id], out[list(n.async_overlap)].sum())
     copies = [n for n in nodes if n.type == COPY]  # activation offloading, over the host link
     if copies:
         out[[n.id for n in copies]] = hw.gpu.host_copy_seconds(np.array([n.comm_size for n in copies], dtype=float))

@@ -55,6 +55,7 @@ class ProgramNode:
     precision: int = 0  # comp: precision class of stageopt.hardware.kernels
     launches: int = 1  # comp: kernels the node stands for
     overlap: tuple[int, ...] = ()  # coll: ids of the GEMM nodes it pipelines with (TP overlap)
+    async_overlap: tuple[int, ...] = ()  # coll: id of the GEMM node it runs beside when issued asynchronously
     gemm_group: int = -1  # comp: label of its fused GEMM (graph.fusion.group_label of a node id; -1: none)
 
 

@@ -42,6 +42,7 @@ def block_params(work: Workload, kind: str) -> BlockParams:
                        tp_partial=round(tp_partial))
 
 
-def ceil_div(a: int, b: int) -> int:
-    """Per-rank share of a buffer split ``b`` ways, padded up as Megatron pads its DP buffers."""
-    return -(-a // b)
+def ceil_div(a: float, b: int) -> int:
+    """Per-rank share of a buffer split ``b`` ways, padded up as Megatron pads its DP buffers (whole bytes:
+    ``a`` may be fractional, as NVFP4's 4.5 bits a parameter)."""
+    return int(-(-a // b))

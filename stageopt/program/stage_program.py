@@ -199,10 +199,11 @@ class _StageBuilder(GradSync):
             for uid in op.outputs:
                 produced[uid] = (nid,)
         for pos, op in enumerate(ops):
-            if op.hides and pos in node_at:
+            if (op.hides or op.async_hides) and pos in node_at:
                 nid = node_at[pos]
-                b.nodes[nid] = dataclasses.replace(b.nodes[nid], overlap=tuple(node_at[h] for h in op.hides
-                                                                              if h in node_at))
+                b.nodes[nid] = dataclasses.replace(
+                    b.nodes[nid], overlap=tuple(node_at[h] for h in op.hides if h in node_at),
+                    async_overlap=tuple(node_at[h] for h in op.async_hides if h in node_at))
             if op.group >= 0 and pos in node_at and op.group // 4 in node_at:
                 nid = node_at[pos]
                 label = group_label(node_at[op.group // 4], op.group % 4)

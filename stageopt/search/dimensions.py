@@ -28,7 +28,7 @@ from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_COUNT, PLAN_BOUNDS, check_count
-from stageopt.parallel.plan import CP_COMMS, DTYPES, RECOMPUTE, SCHEDULES, Plan
+from stageopt.parallel.plan import CP_COMMS, DTYPES, GRAD_DTYPES, RECOMPUTE, SCHEDULES, Plan
 from stageopt.parallel.plan_checks import DISPATCHERS
 
 Value = Union[int, float, str, bool, None]
@@ -37,7 +37,7 @@ Value = Union[int, float, str, bool, None]
 # batch is training.global_batch; the software stack is the space's ``framework`` key.
 NOT_PLAN_DIMS = ("dp", "gbs", "framework")
 CHOICES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": tuple(DTYPES),
-                                       "grad_dtype": tuple(DTYPES), "cp_comm": CP_COMMS, "dispatcher": DISPATCHERS}
+                                       "grad_dtype": GRAD_DTYPES, "cp_comm": CP_COMMS, "dispatcher": DISPATCHERS}
 HW_ALIASES = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib",
               "reserve_gib": "gpu.reserve_gib"}
 OBJECTIVES = ("time", "throughput", "cost", "mfu")

@@ -16,7 +16,7 @@ from stageopt.graph.compile import compile_block, compile_op_table
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
 from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seconds
-from stageopt.hardware.network import collective_time, exposed_under_gemm
+from stageopt.hardware.network import collective_time, exposed_beside_gemm, exposed_under_gemm
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 
@@ -60,10 +60,15 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
         comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis], copies,
                                (model.router_groups, model.router_group_topk))
         for i, cs in enumerate(members):
+            pipelined = np.zeros(n, dtype=bool)
             if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared experts
                 hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), degree[axis])
-                comm[i] = np.where({"tp": c["tp_overlap"], "cp": c["cp_ring"]}.get(axis, c["moe_overlap"]), hidden,
-                                   comm[i])
+                pipelined = np.broadcast_to({"tp": c["tp_overlap"], "cp": c["cp_ring"]}.get(axis, c["moe_overlap"]),
+                                            (n,))
+                comm[i] = np.where(pipelined, hidden, comm[i])
+            if cs.async_hides and proto.framework.tp_async_backward:  # issued beside one GEMM on its own stream
+                beside = exposed_beside_gemm(comm[i], times[list(cs.async_hides)].sum(axis=0))
+                comm[i] = np.where(pipelined, comm[i], beside)
             if cs.phase == "fwd":
                 cost["comm_fwd"] = cost["comm_fwd"] + comm[i]
                 cost["ep_fwd"] = cost["ep_fwd"] + (comm[i] if axis == "ep" else 0.0)

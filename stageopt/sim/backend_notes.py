@@ -22,7 +22,10 @@ DP_STREAM = ("data-parallel collectives (gradient buckets, ZeRO-3 gathers and sc
              "(--backend replay --dp-stream shared uses ASTRA-sim's rule)")
 TP_OVERLAP = ("TP communication overlapped with GEMMs (tp_overlap=on): replay and analytical keep only the part of "
               "each TP collective that the chunked GEMMs cannot hide; ASTRA-sim runs whole collectives (replay "
-              "reproduces it with tp_overlap=off in the plan)")
+              "reproduces it with tp_overlap=off in the plan and --dp-stream shared)")
+TP_ASYNC = ("backward TP collectives issued beside a GEMM (the stack's tp_async_backward, tp_overlap=off): replay "
+            "and analytical keep only what the GEMM leaves exposed; ASTRA-sim runs them whole (--backend replay "
+            "--dp-stream shared uses ASTRA-sim's rule)")
 SPANNING = ("groups with several GPUs in each of several nodes ({kinds}): replay and analytical price their "
             "collectives as NCCL's multi-channel ring (the smaller of NVLink and the node's NICs); ASTRA-sim runs "
             "them as hierarchical phases on NVLink and scale-out")
@@ -53,6 +56,9 @@ def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, system: dict,
         notes.append(DP_STREAM)
     if plan.tp_overlap and any(n.overlap for p in programs for n in p.nodes if n.type == COLL):
         notes.append(TP_OVERLAP)
+    if plan.framework.tp_async_backward and any(n.async_overlap and not (plan.tp_overlap and n.overlap)
+                                               for p in programs for n in p.nodes if n.type == COLL):
+        notes.append(TP_ASYNC)
     spanning = sorted({group.split("@")[0] for _, group, _ in used if "@" in group})
     if spanning:
         notes.append(SPANNING.format(kinds=", ".join(spanning)))

@@ -12,8 +12,9 @@ the one communication slot, ASTRA-sim's rule, which is how the replay
 reproduces ``--backend astra-sim``. With ``background``, kernels that run
 under a combined-1F1B pair's expert all-to-alls (``ep_overlap``) or beside a
 data-parallel collective slow down as the analytical model charges
-(:mod:`stageopt.sim.stage_replay`); ASTRA-sim prices no such contention, and
-neither does ``shared``.
+(:mod:`stageopt.sim.stage_replay`), and the backward TP collectives the stack
+issues beside a GEMM take what the GEMM leaves exposed; ASTRA-sim prices no
+such contention and runs every collective whole, and so does ``shared``.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ class ReplaySimulator(Simulator):
         eff = hw.gpu.efficiency
         a2a_rate = eff.a2a_overlap_saving if work.plan.ep_overlap and own_stream else 1.0
         dp_rate = eff.overlapped_rate if own_stream else 1.0
-        timings = replay_stages(programs, [node_durations(p, work, hw) for p in programs], background, a2a_rate,
-                                dp_rate)
+        durations = [node_durations(p, work, hw, tp_async=own_stream) for p in programs]
+        timings = replay_stages(programs, durations, background, a2a_rate, dp_rate)
         slowest = max(timings, key=lambda t: t.finish_s)
         e = slowest.exposed_s
         comm = slowest.comm_only_s - e["offload"]

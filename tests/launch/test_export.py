@@ -49,6 +49,9 @@ MEGATRON = {
     "--recompute-modules": {"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"},  # C
     "--use-precision-aware-optimizer": None, "--exp-avg-dtype": {"fp32", "fp16", "bf16", "fp8"},  # C: OptimizerConfig
     "--exp-avg-sq-dtype": {"fp32", "fp16", "bf16", "fp8"},  # C: OptimizerConfig
+    # C: TransformerConfig.fp4 / fp4_recipe and the fp4_param_gather switch, the fields Megatron-Bridge's
+    # docs/training/mixed-precision.md ("NVFP4 Configuration Parameters", @067f987d) sets for NVFP4
+    "--fp4-format": {"e2m1"}, "--fp4-recipe": {"nvfp4"}, "--fp4-param-gather": None,
 }
 # torchtitan JobConfig sections and keys with their documented values
 # (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py; schedules from torch.distributed.pipelining).
@@ -91,7 +94,8 @@ BRIDGE = {
     "model.attention_backend": {"flash", "fused", "unfused", "local", "auto"},  # Q
     "comm_overlap.tp_comm_overlap": bool,  # O
     "model.attention_dropout": float, "model.hidden_dropout": float,  # M
-    "mixed_precision": {"bf16_mixed", "fp16_mixed", "bf16_with_fp8_current_scaling_mixed"},  # M, X
+    "mixed_precision": {"bf16_mixed", "fp16_mixed", "bf16_with_fp8_current_scaling_mixed",
+                        "bf16_with_nvfp4_mixed"},  # M, X ("NVFP4 Recipe Examples")
     "ddp.num_distributed_optimizer_instances": int,  # F (HSDP across NVLink domains)
     "model.hierarchical_context_parallel_sizes": str,  # Q (a Hydra list, "[a2a,p2p]", with cp_comm_type a2a+p2p)
     # TransformerConfig fields the model provider exposes; the DeepSeek-V3 performance recipes set both
@@ -128,6 +132,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("mixtral-8x7b", [], "tp=2 pp=1 ep=8 mbs=1 gbs=128 zero=3 dtype=bf16", 64),
     ("gpt3-175b", [], "tp=8 pp=8 mbs=1 gbs=512 zero=1 recompute=full dtype=fp16 tp_overlap=off", 512),
     ("llama2-7b", [], "tp=1 pp=1 mbs=4 gbs=32 dtype=fp32 zero=1", 8),
+    ("llama3-70b", [], "tp=4 pp=4 mbs=1 gbs=64 zero=1 dtype=nvfp4", 64),
     ("llama3-8b", [], "tp=2 pp=1 mbs=1 gbs=64 zero=3 dp_shard=4", 64),  # HSDP: 8 copies of 4-way shards
     ("llama3-8b", [], "tp=2 pp=1 cp=8 mbs=1 gbs=8 zero=1 cp_comm=a2a+p2p cp_a2a=4", 64),  # hierarchical CP
     ("mixtral-8x7b", [], "tp=1 pp=1 ep=32 mbs=1 gbs=64 zero=1 dispatcher=flex adam_moments=bf16", 64),  # DeepEP

@@ -22,7 +22,7 @@ from stageopt.search.space import load_space
 from stageopt.search.strategy import census_answer
 
 TIME = objectives_for(("time",))
-BUDGET = 16
+BUDGET = 12
 
 
 def _skewed_truth(census) -> tuple[str, int]:
