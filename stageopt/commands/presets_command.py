@@ -46,11 +46,18 @@ def run(args: argparse.Namespace) -> int:
                       align=["left", "left", "right", "right", "right", "right", "right", "right"]))
     machines = [load_hardware(name) for name in list_hardware_presets()]
     print("\nhardware:")
-    print(render_rows(["name", "GPU", "bf16 TFLOP/s", "HBM GiB", "GPUs per node", "$/GPU-hour"],
-                      [[h.name, h.gpu.name, f"{h.gpu.peak_tflops.bf16:g}", f"{h.gpu.hbm_gib:g}", h.node.gpus,
-                        f"{h.cost_per_gpu_hour:.2f}"] for h in machines],
-                      align=["left", "left", "right", "right", "right", "right"]))
+    print(render_rows(["name", "GPU", "bf16 TFLOP/s", "fp8", "fp4", "HBM GiB", "GPUs per node", "$/GPU-hour"],
+                      [[h.name, h.gpu.name, *(_peak(getattr(h.gpu.peak_tflops, d)) for d in ("bf16", "fp8", "fp4")),
+                        f"{h.gpu.hbm_gib:g}", h.node.gpus, f"{h.cost_per_gpu_hour:.2f}"] for h in machines],
+                      align=["left", "left", "right", "right", "right", "right", "right", "right"]))
     print(f"\nframeworks (default {DEFAULT_FRAMEWORK}):")
-    print(render_rows(["name", "description"], [[n, load_profile(n).description] for n in list_profiles()],
-                      align=["left", "left"]))
+    profiles = [load_profile(n) for n in list_profiles()]
+    print(render_rows(["name", "low precision", "description"],
+                      [[p.name, ", ".join(p.low_precision) or "-", p.description] for p in profiles],
+                      align=["left", "left", "left"]))
     return 0
+
+
+def _peak(tflops: float | None) -> str:
+    """A dense peak for the table; '-' where the GPU has no tensor cores for the type."""
+    return "-" if tflops is None else f"{tflops:g}"
