@@ -50,3 +50,13 @@ def test_userbuffer_overlap_pipelines_the_input_gradient_reduce_scatter():
     plan = "tp=2 pp=1 dp=1 mbs=1 gbs=2 sp=on recompute=none"
     pipelined = exposed_tp(f"{plan} tp_overlap=on", True, AnalyticalSimulator())
     assert pipelined < exposed_tp(f"{plan} tp_overlap=off", True, AnalyticalSimulator())
+
+
+def test_astra_sim_output_names_the_collectives_it_runs_whole():
+    from stageopt.program.stage_program import build_programs
+    from stageopt.sim.backend_notes import TP_ASYNC, astra_sim_notes
+
+    for overlap, named in (("off", True), ("on", False)):
+        plan = Plan.parse(f"tp=2 pp=1 dp=1 mbs=1 gbs=2 sp=on tp_overlap={overlap}")
+        work = build_workload(load_model("llama3-70b", ["layers=2"]), plan, 2)
+        assert (TP_ASYNC in astra_sim_notes(build_programs(work), work.plan, {}, 1, "unaware")) is named
