@@ -21,6 +21,7 @@ from stageopt.errors import ConfigError
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
 BUCKETS = ("layer", "chunk", "stage")
+# Training data types whose linear-layer GEMMs run in low precision (everything else stays BF16).
 LOW_PRECISION_RECIPES = ("fp8", "nvfp4")
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
@@ -162,7 +163,7 @@ class FrameworkProfile:
 
     def default_grad_dtype(self, dtype: str) -> str:
         """The gradient dtype this stack uses for a plan computing in ``dtype``."""
-        return self.grad_reduce_dtype if dtype in ("bf16", "fp8", "nvfp4") else "bf16"
+        return self.grad_reduce_dtype if dtype in ("bf16", *LOW_PRECISION_RECIPES) else "bf16"
 
     def grad_cast_add_bytes(self, dtype: str, grad_dtype: str, zero: int) -> int:
         """HBM bytes per parameter and micro-batch that staging bf16 gradients into fp32 costs (0: none)."""
@@ -171,7 +172,7 @@ class FrameworkProfile:
 
     def all_reduces_sharded_grads(self, dtype: str) -> bool:
         """Whether ZeRO-1/2 gradients are all-reduced whole (not reduce-scattered) for ``dtype`` training."""
-        return self.bf16_grad_all_reduce and dtype in ("bf16", "fp8", "nvfp4")
+        return self.bf16_grad_all_reduce and dtype in ("bf16", *LOW_PRECISION_RECIPES)
 
     def default_zero(self, dp: int, cp: int = 1) -> int:
         """The ZeRO stage this stack uses when the plan does not say (states shard over dp x cp)."""

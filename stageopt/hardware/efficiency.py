@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.inputs.schema import bounds, check_fields
 
 
@@ -93,7 +94,7 @@ class MatmulEfficiency:
         """
         if dtype == "nvfp4" and self.fp4_peak_fraction is not None:
             return self.fp4_peak_fraction
-        if dtype in ("fp8", "nvfp4") and self.fp8_peak_fraction is not None:
+        if dtype in LOW_PRECISION_RECIPES and self.fp8_peak_fraction is not None:
             return self.fp8_peak_fraction
         return self.peak_fraction
 

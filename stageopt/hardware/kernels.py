@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, gemm_padded_flops
 from stageopt.hardware.machine import DTYPE_BYTES, Hardware
 
@@ -48,8 +49,6 @@ KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vect
 # GEMM that casts its activation operand first; FP8-capable GEMM whose operands were
 # cast already (weight gradient: it reuses the transposed copies made for the others).
 HIGH, LOWP_CAST, LOWP = 0, 1, 2
-# Training data types whose linear-layer GEMMs run in low precision (everything else stays BF16).
-LOW_PRECISION = ("fp8", "nvfp4")
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,7 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     ``graph_launch_us`` instead of the launch cost and no host dispatch time.
     """
     gpu, eff = hw.gpu, hw.gpu.efficiency
-    low = dtype in LOW_PRECISION
+    low = dtype in LOW_PRECISION_RECIPES
     high = "bf16" if low else dtype
     launch = (eff.graph_launch_us if cuda_graphs else eff.launch_us) * 1e-6
     host = 0.0 if cuda_graphs else eff.host_us * 1e-6

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stageopt.errors import InfeasiblePlan
+from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.pipeline_split import ModelStage, split_layers
 from stageopt.parallel.placement import V_SHAPED, model_stage_count
@@ -19,7 +20,7 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
     if plan.pp > 1 and plan.schedule not in stack.schedules:
         raise InfeasiblePlan(f"plan: schedule={plan.schedule} is not implemented by framework {stack.name} "
                              f"(it runs {', '.join(stack.schedules)}); choose one of those or another --framework")
-    if plan.dtype in ("fp8", "nvfp4") and plan.dtype not in stack.low_precision:
+    if plan.dtype in LOW_PRECISION_RECIPES and plan.dtype not in stack.low_precision:
         shipped = ", ".join(stack.low_precision) or "none"
         raise InfeasiblePlan(f"plan: dtype={plan.dtype} has no recipe in framework {stack.name} (its low-precision "
                              f"recipes: {shipped}); use dtype=bf16 or another --framework")
