@@ -13,12 +13,22 @@ microbenchmark measures, with a physical range enforced on it:
 * ``tile_m`` x ``tile_n``: the output tile one streaming multiprocessor computes;
   a GEMM runs in *waves* of ``sm_count`` tiles, and a partly filled tile or wave
   costs as much as a full one (tile and wave quantization; split-K spreads the
-  last, partial wave over all SMs);
+  last, partial wave over all SMs). cuBLAS picks its tile per shape, so a GEMM
+  costs the cheapest of ``tile_m x tile_n``, its transpose and the square
+  ``small_tile`` at ``small_tile_share`` of the large tile's rate (it reuses each
+  operand load less). Measured on one H200 (experiments/kernels/): over 441
+  training-shaped GEMMs the one fixed 128x256 tile misprices shapes by up to 68%,
+  the choice among three by at most 14%, with the output store below;
 * ``attention_*.peak_fraction``: the share of peak the best fused attention
   kernel (cuDNN / FlashAttention-3 class) reaches, forward and backward, and
   ``fa2_attention_scale`` what FlashAttention-2 (PyTorch SDPA's flash backend)
   reaches relative to it;
-* ``launch_us``: the fixed cost of one kernel on the GPU (launch gap, prologue, epilogue);
+* ``launch_us``: the fixed cost of one kernel on the GPU (launch gap, prologue);
+* a GEMM's *output store* is not hidden behind its main loop: each output tile
+  is written after its last k-step, at the SM's share of HBM bandwidth (on H200
+  that store takes as long as ~130 k-steps of a 128x256 BF16 tile; fitting a
+  free per-tile cost to the same measurements gives 160-180, and with it the
+  same error);
 * ``host_us``: the CPU time a training framework spends to dispatch one kernel; a
   kernel shorter than that leaves the GPU waiting for the next one;
 * ``graph_launch_us``: the gap between kernels replayed from a CUDA graph (serving
@@ -82,9 +92,18 @@ class MatmulEfficiency:
         gt=0.3, le=0.95, doc="NVFP4 share of FP4 peak per full tile (null: as fp8_peak_fraction)"))
     tile_m: int = field(default=128, metadata=bounds(ge=16, doc="output tile rows"))
     tile_n: int = field(default=256, metadata=bounds(ge=16, doc="output tile columns"))
+    small_tile: int = field(default=128, metadata=bounds(ge=16, doc="side of the square fallback tile"))
+    # experiments/kernels/ (one H200, 441 BF16 GEMMs): 0.928 BF16, 0.950 FP8
+    small_tile_share: float = field(default=0.93, metadata=bounds(
+        gt=0.5, le=1.0, doc="rate of the square fallback tile relative to the large one"))
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    def tile_choices(self) -> tuple[tuple[int, int, float], ...]:
+        """(rows, columns, share of the full-tile rate) of each tile cuBLAS may pick."""
+        large = (self.tile_m, self.tile_n, 1.0)
+        return large, (self.tile_n, self.tile_m, 1.0), (self.small_tile, self.small_tile, self.small_tile_share)
 
     def fraction(self, dtype: str) -> float:
         """Share of its peak per full tile of a GEMM running in ``dtype``.
@@ -145,3 +164,10 @@ def gemm_padded_flops(m, n, k, batch, tile_m: int, tile_n: int, sm_count: int):
     splits = np.maximum(np.floor(sm_count / np.maximum(rest, 1)), 1)
     tail = np.where(rest > 0, sm_count * np.ceil(k / splits), 0.0)
     return 2.0 * tile_m * tile_n * (full * sm_count * k + tail)
+
+
+def gemm_tiled_flops(m, n, k, batch, matmul: MatmulEfficiency, sm_count: int):
+    """FLOPs at the large tile's rate that a GEMM costs with the cheapest tile of :meth:`MatmulEfficiency.tile_choices`."""
+    costs = [gemm_padded_flops(m, n, k, batch, rows, cols, sm_count) / share
+             for rows, cols, share in matmul.tile_choices()]
+    return np.minimum.reduce(costs)

@@ -10,9 +10,11 @@ broadcast against candidate plans): its family (:data:`KERNEL_CODES`), its
 FLOPs, the bytes it moves through HBM, its GEMM shape, its precision class and
 whether it runs in backward. Every kernel pays ``launch_us``; then
 
-* a **matmul** costs the slower of its tensor-core time (whole tiles in whole
-  waves over the SMs, :func:`~stageopt.hardware.efficiency.gemm_padded_flops`,
-  at the GEMM share of peak) and its HBM traffic;
+* a **matmul** costs the slower of its tensor-core main loop (whole tiles in
+  whole waves over the SMs, the cheapest tile cuBLAS may pick:
+  :func:`~stageopt.hardware.efficiency.gemm_tiled_flops`, at the GEMM share of
+  peak) and the reads of its operands, then the store of its output, which no
+  main loop hides (the output tile is written after its last k-step);
 * an **attention** kernel costs its FLOPs at the flash-attention share of peak
   (causal kernels skip the masked half; a backward kernel executes 1.25x its
   model FLOPs, as it recomputes the scores), then one exponential per score on
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
-from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, gemm_padded_flops
+from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, gemm_tiled_flops
 from stageopt.hardware.machine import DTYPE_BYTES, Hardware
 
 KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3}
@@ -86,13 +88,14 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     peak = np.where(lowp, gpu.sustained_peak(dtype) if low else 1.0, gpu.sustained_peak(high)) * 1e12
     fraction = np.where(lowp, eff.matmul.fraction(dtype), eff.matmul.fraction(high))
     shaped = kern.m * kern.n * kern.k * kern.batch > 0
-    padded = np.where(shaped, gemm_padded_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
-                                                np.maximum(kern.batch, 1), eff.matmul.tile_m, eff.matmul.tile_n,
-                                                gpu.sm_count), kern.flops)
+    padded = np.where(shaped, gemm_tiled_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
+                                               np.maximum(kern.batch, 1), eff.matmul, gpu.sm_count), kern.flops)
     cast_bytes = (2.0 + 2.0 * DTYPE_BYTES[dtype]) if low else 0.0  # read BF16, write two low-precision copies
     cast = np.where(lowp & (kern.precision == LOWP_CAST),
                     launch + cast_bytes * kern.m * kern.k * kern.batch / bandwidth, 0.0)
-    matmul = launch + np.maximum(padded / (fraction * peak), memory) + cast
+    store = np.where(shaped, kern.m * kern.n * kern.batch * DTYPE_BYTES[high] / bandwidth, 0.0)
+    reads = np.maximum(memory - store, 0.0)
+    matmul = launch + np.maximum(padded / (fraction * peak), reads) + store + cast
     attn_peak = gpu.sustained_peak(high) * 1e12
     computed = kern.flops * np.where(kern.code == 2, 0.5, 1.0)  # causal kernels skip the masked half
     attn_flops = computed * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0)

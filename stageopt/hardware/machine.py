@@ -23,8 +23,9 @@ from typing import Literal
 import numpy as np
 
 from stageopt.errors import ConfigError
+from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
-from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, GpuEfficiency, gemm_padded_flops
+from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, GpuEfficiency, gemm_tiled_flops
 from stageopt.hardware.headroom import default_reserve_gib
 from stageopt.inputs.limits import MAX_GPUS
 from stageopt.inputs.schema import bounds, check_fields
@@ -149,17 +150,20 @@ class Gpu:
         return nbytes / (self.hbm_gbps * 1e9 * self.efficiency.memory_fraction)
 
     def matmul_time_s(self, m: int, n: int, k: int, dtype: DType = "bf16", batch: int = 1) -> float:
-        """One (batched) GEMM: launch, then the slower of whole-tile/whole-wave compute and HBM traffic.
+        """One (batched) GEMM: launch, the slower of whole-tile/whole-wave compute and the operand reads,
+        then the output store (see :mod:`stageopt.hardware.kernels`).
 
-        ``dtype`` is the precision the GEMM itself runs in (no FP8 cast kernel here).
+        ``dtype`` is the precision the GEMM itself runs in (no FP8 cast kernel here); the output is BF16
+        for the low-precision recipes.
         """
         if min(m, n, k, batch) <= 0:
             return 0.0
         eff = self.efficiency
-        padded = float(gemm_padded_flops(m, n, k, batch, eff.matmul.tile_m, eff.matmul.tile_n, self.sm_count))
+        padded = float(gemm_tiled_flops(m, n, k, batch, eff.matmul, self.sm_count))
         compute = padded / (eff.matmul.fraction(dtype) * self.sustained_peak(dtype) * 1e12)
-        traffic = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
-        return max(eff.launch_us * 1e-6 + max(compute, self.memory_time_s(traffic)), eff.host_us * 1e-6)
+        reads = self.memory_time_s(batch * (m * k + k * n) * DTYPE_BYTES[dtype])
+        store = self.memory_time_s(batch * m * n * DTYPE_BYTES["bf16" if dtype in LOW_PRECISION_RECIPES else dtype])
+        return max(eff.launch_us * 1e-6 + max(compute, reads) + store, eff.host_us * 1e-6)
 
     def attention_time_s(self, flops: float, backward: bool = False, dtype: DType = "bf16",
                          flops_per_score: float = 0.0) -> float:

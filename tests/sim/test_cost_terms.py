@@ -134,7 +134,7 @@ def test_fused_qkv_is_priced_as_one_gemm_and_shared_by_flops():
     assert t.sum() == pytest.approx(hw.gpu.matmul_time_s(m, 1280, k))
     assert t[1] / t[0] == pytest.approx(128 / 1024)
     alone = grouped_kernel_seconds(hw, "bf16", kern, np.full(3, -1))
-    assert alone[1] == pytest.approx(hw.gpu.matmul_time_s(m, 128, k))  # a 128-column GEMM fills half a tile
+    assert alone[1] == pytest.approx(hw.gpu.matmul_time_s(m, 128, k))  # a 128-column GEMM takes 256x128 tiles
     assert alone.sum() > t.sum()
     # Equal members (multi-head attention) still join: three n = 1792 projections are one n = 5376 GEMM.
     eq = Kernels(**{**kern.__dict__, "n": np.full(3, 1792), "flops": np.full(3, 2.0 * m * 1792 * k)})
