@@ -1,9 +1,15 @@
-"""Framework profiles by name (``simulators/frameworks/<name>.yaml``) or from a YAML file."""
+"""Framework profiles by name (``simulators/frameworks/<name>.yaml``) or from a YAML file.
+
+A profile may name another as its ``base`` (a shipped name or a .yaml path, relative to the file
+naming it) and set only what differs: a dated release of a stack, or a custom stack that changes a
+few defaults of a shipped one (``base: megatron-core`` plus the keys that differ).
+"""
 
 from __future__ import annotations
 
 import difflib
 from functools import lru_cache
+from collections.abc import Mapping
 from pathlib import Path
 
 from stageopt.errors import ConfigError
@@ -23,17 +29,24 @@ def list_profiles() -> list[str]:
 def load_profile(name_or_path: str | Path | None = None) -> FrameworkProfile:
     """A shipped profile by name, a YAML file by path, or the default (``megatron-core``)."""
     text = DEFAULT_FRAMEWORK if name_or_path is None else str(name_or_path)
-    if isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")) or "/" in text:
-        path = Path(text).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"framework file {text!r} not found; give an existing .yaml file or a profile name "
-                              f"({', '.join(list_profiles())})")
-        return from_mapping(FrameworkProfile, load_yaml_mapping(path), where=path.name)
+    if isinstance(name_or_path, Path) or _is_file(text):
+        path = _user_file(Path(text).expanduser())
+        return from_mapping(FrameworkProfile, _resolved(path, ()), where=path.name)
     return _shipped(text)
 
 
-@lru_cache(maxsize=16)
-def _shipped(name: str) -> FrameworkProfile:
+def _is_file(text: str) -> bool:
+    return text.endswith((".yaml", ".yml")) or "/" in text
+
+
+def _user_file(path: Path) -> Path:
+    if not path.is_file():
+        raise ConfigError(f"framework file {str(path)!r} not found; give an existing .yaml file or a profile name "
+                          f"({', '.join(list_profiles())})")
+    return path
+
+
+def _shipped_file(name: str) -> Path:
     path = PROFILES_DIR / f"{name}.yaml"
     if not path.is_file():
         known = list_profiles()
@@ -41,4 +54,25 @@ def _shipped(name: str) -> FrameworkProfile:
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise ConfigError(f"unknown framework {name!r}; {hint}known profiles: {', '.join(known)} "
                           f"(or pass a path to a .yaml file)")
-    return from_mapping(FrameworkProfile, load_yaml_mapping(path), where=path.name)
+    return path
+
+
+def _resolved(path: Path, chain: tuple[Path, ...]) -> Mapping[str, object]:
+    """The profile file's keys over those of its ``base`` chain."""
+    if path.resolve() in chain:
+        names = " -> ".join(p.name for p in (*chain, path.resolve()))
+        raise ConfigError(f"{path.name}: 'base' runs in a circle ({names}); make one profile stand alone")
+    own = load_yaml_mapping(path)
+    base = own.get("base")
+    if base is None:
+        return own
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path.name}: 'base' must be a profile name or a .yaml path, got {base!r}")
+    parent = _user_file(path.parent / base) if _is_file(base) else _shipped_file(base)
+    return {**_resolved(parent, (*chain, path.resolve())), **{k: v for k, v in own.items() if k != "base"}}
+
+
+@lru_cache(maxsize=16)
+def _shipped(name: str) -> FrameworkProfile:
+    path = _shipped_file(name)
+    return from_mapping(FrameworkProfile, _resolved(path, ()), where=path.name)

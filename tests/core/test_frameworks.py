@@ -76,6 +76,39 @@ def test_custom_profile_file(tmp_path):
         load_profile(str(path))
 
 
+def test_a_profile_sets_only_what_differs_from_its_base(tmp_path):
+    core = load_profile("megatron-core")
+    path = tmp_path / "ours.yaml"
+    path.write_text("base: megatron-core\nname: ours\ndropout: true\n")
+    ours = load_profile(str(path))
+    assert (ours.name, ours.dropout) == ("ours", True) and core.dropout is not True
+    assert (ours.fusions, ours.schedules, ours.low_precision) == (core.fusions, core.schedules, core.low_precision)
+    (tmp_path / "child.yaml").write_text("base: ours.yaml\nname: child\nattention: eager\n")  # relative to the file
+    child = load_profile(str(tmp_path / "child.yaml"))
+    assert (child.dropout, child.attention, child.fusions) == (True, "eager", core.fusions)
+
+
+def test_a_base_that_loops_or_is_unknown_is_one_line_naming_base(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nname: b\n")
+    with pytest.raises(ConfigError, match="'base' runs in a circle") as info:
+        load_profile(str(tmp_path / "a.yaml"))
+    assert "\n" not in str(info.value)
+    (tmp_path / "c.yaml").write_text("base: megatron-cor\nname: c\n")
+    with pytest.raises(ConfigError, match="did you mean 'megatron-core'"):
+        load_profile(str(tmp_path / "c.yaml"))
+
+
+def test_torchtitan_of_2024_25_differs_from_todays_only_in_its_attention_kernel():
+    """torchtitan asks SDPA for cuDNN first since 2025-10 (#1776); before, FlashAttention-2 came first on Hopper."""
+    import dataclasses
+    for today, dated in (("torchtitan", "torchtitan-2025"), ("torchtitan-compile", "torchtitan-compile-2025")):
+        now, then = load_profile(today), load_profile(dated)
+        differ = {f.name for f in dataclasses.fields(now) if getattr(now, f.name) != getattr(then, f.name)}
+        assert differ == {"name", "description", "source", "attention_kernel"}
+        assert (now.attention_kernel, then.attention_kernel) == ("best", "fa2")
+
+
 def test_outputs_name_the_profile(capsys):
     assert main(["simulate", "--model", "llama3-8b", "--gpus", "8", "--plan", "tp=2 mbs=1 gbs=8",
                  "--framework", "torchtitan", "--json"]) == 0
