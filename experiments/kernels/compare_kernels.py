@@ -78,37 +78,47 @@ def variant_seconds(hw, dtype: str, kern: Kernels, variant: str, share: float, l
     return launch_us * 1e-6 + np.maximum(padded / rate, kern.nbytes / bandwidth)
 
 
-def fit_gemms(hw, rows: list[dict], dtype: str, clock: float) -> list[str]:
+def gemm_fit(hw, rows: list[dict], dtype: str, clock: float, variant: str = "stageopt"):
+    """(share, fixed cost in us, absolute errors) of one model fitted to the GEMMs slower than the host bound."""
     rows = [r for r in rows if r["dtype"] == dtype and float(r["seconds"]) > HOST_BOUND_S]
     measured, kern = at_clock(rows, "seconds", clock), gemm_kernels(rows, dtype)
+    fit = least_squares(lambda p: np.log(variant_seconds(hw, dtype, kern, variant, p[0], p[1]) / measured),
+                        [0.6, 5.0], bounds=([0.3, 0.0], [1.0, 20.0]), loss="soft_l1", f_scale=0.05)
+    return fit.x[0], fit.x[1], np.abs(variant_seconds(hw, dtype, kern, variant, *fit.x) / measured - 1)
+
+
+def fit_gemms(hw, rows: list[dict], dtype: str, clock: float) -> list[str]:
     lines = []
     for variant in ("stageopt", "one 128x256 tile, no store", "no quantization, no store"):
-        fit = least_squares(lambda p: np.log(variant_seconds(hw, dtype, kern, variant, p[0], p[1]) / measured),
-                            [0.6, 5.0], bounds=([0.3, 0.0], [1.0, 20.0]), loss="soft_l1", f_scale=0.05)
-        error = np.abs(variant_seconds(hw, dtype, kern, variant, *fit.x) / measured - 1)
-        lines.append(f"  {dtype} {variant:27s} share {fit.x[0]:.3f} launch {fit.x[1]:4.1f} us | "
+        share, launch, error = gemm_fit(hw, rows, dtype, clock, variant)
+        lines.append(f"  {dtype} {variant:27s} share {share:.3f} launch {launch:4.1f} us | "
                      f"MAPE {np.mean(error) * 100:4.1f}%  p95 {np.percentile(error, 95) * 100:3.0f}%  "
-                     f"worst {np.max(error) * 100:3.0f}%  ({len(rows)} GEMMs)")
+                     f"worst {np.max(error) * 100:3.0f}%  ({len(error)} GEMMs)")
     return lines
 
 
-def attention_lines(hw, rows: list[dict], clock: float) -> list[str]:
-    """Share of peak each backend's fused kernel reaches on causal head-dim-128 attention (executed FLOPs,
-    exponentials priced apart), at the clock it ran and scaled to the clock the GEMMs held."""
+def attention_shares(hw, rows: list[dict], clock: float) -> dict:
+    """{(backend, phase): [(share at the clock it ran, share at ``clock``), ...]} over causal head-dim-128
+    attention at 4K-32K tokens (executed FLOPs, exponentials priced apart as the model does)."""
     peak = hw.gpu.sustained_peak("bf16") * 1e12
     exp_rate = hw.gpu.exp_tops * 1e12
-    shares, clocks = {}, []
+    shares = {}
     for r in rows:
         b, h, s, d, causal = (int(r[f]) for f in ("batch", "heads", "seq", "head_dim", "causal"))
         if not causal or s < 4096:
             continue
-        clocks.append(float(r["sm_mhz"]))
         flops, scores = 4 * b * h * s * s * d / 2, b * h * s * s / 2
         for phase, executed in (("fwd", flops), ("bwd", 2.5 * flops)):
             raw = float(r[f"{phase}_seconds"]) - scores / exp_rate
             scaled = float(r[f"{phase}_seconds"]) * float(r["sm_mhz"]) / clock - scores / exp_rate
             shares.setdefault((r["backend"], phase), []).append((executed / raw / peak, executed / scaled / peak))
-    lines = [f"  seq 4K-32K, causal; at the clock it ran (median {np.median(clocks):.0f} MHz) / at {clock:.0f} MHz:"]
+    return shares
+
+
+def attention_lines(hw, rows: list[dict], clock: float) -> list[str]:
+    shares = attention_shares(hw, rows, clock)
+    ran = np.median([float(r["sm_mhz"]) for r in rows if int(r["causal"]) and int(r["seq"]) >= 4096])
+    lines = [f"  seq 4K-32K, causal; at the clock it ran (median {ran:.0f} MHz) / at {clock:.0f} MHz:"]
     lines += [f"  {backend:9s} {phase}: {np.mean([v[0] for v in vals]):.3f} / {np.mean([v[1] for v in vals]):.3f}"
               for (backend, phase), vals in sorted(shares.items())]
     for phase in ("fwd", "bwd"):

@@ -1,0 +1,84 @@
+"""A whole measured forward and backward step on one GPU against ``stageopt simulate``, kernel shares from the
+kernels measured alone.
+
+    python experiments/kernels/compare_step.py [experiments/kernels/h100] [--preset h100-sxm]
+
+The step (measure_step.py: eager torchtitan-style Llama, one GPU, no communication)
+is predicted through the public simulate path (``torchtitan`` for PyTorch's default
+SDPA order, cuDNN first; ``torchtitan-2025`` for FlashAttention-2) twice: with the
+GEMM share and fixed cost fitted to the GEMMs timed alone and the cuDNN attention
+shares timed alone (compare_kernels.py), and with the preset as shipped, whose
+shares are fitted to published multi-GPU runs. Nothing here is fitted to the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from compare_kernels import HERE, attention_shares, gemm_fit, read  # noqa: E402
+
+from stageopt.hardware import load_hardware  # noqa: E402
+from stageopt.sim.run import simulate_plan  # noqa: E402
+
+PROFILES = {"cudnn": "torchtitan", "flash": "torchtitan-2025"}  # measure_step.py --sdpa default | flash
+MODELS = {4096: "llama3-8b", 8192: "llama3-70b"}
+
+
+def measured_parameters(folder: pathlib.Path, preset: str) -> list[str]:
+    """``--hw-set`` strings for the kernel shares measured alone on this GPU (each at the clock it ran)."""
+    hw = load_hardware(preset)
+    gemms = read(folder, "gemm")
+    clock = float(np.median([float(r["sm_mhz"]) for r in gemms]))
+    share, launch_us, _ = gemm_fit(hw, gemms, "bf16", clock)
+    shares = attention_shares(hw, read(folder, "attention"), clock)
+    forward, backward = (np.mean([v[0] for v in shares["cudnn", phase]]) for phase in ("fwd", "bwd"))
+    return [f"gpu.efficiency.matmul.peak_fraction={share:.4f}", f"gpu.efficiency.launch_us={launch_us:.2f}",
+            f"gpu.efficiency.attention_forward.peak_fraction={forward:.4f}",
+            f"gpu.efficiency.attention_backward.peak_fraction={backward:.4f}"]
+
+
+def predicted_compute_s(row: dict, profile: str, preset: str, hw_set: list[str]) -> float:
+    model_set = [f"layers={row['layers']}", f"seq={row['seq']}"]
+    _, est = simulate_plan(MODELS[int(row["hidden"])], "tp=1 pp=1 dp=1 mbs=1 gbs=1", 1, hardware=preset,
+                           framework=profile, model_set=model_set, hw_set=hw_set)
+    return est.time_breakdown_s["compute"]
+
+
+def compare(folder: pathlib.Path, preset: str) -> list[dict]:
+    """One row per measured step: measured wall seconds and both predictions."""
+    measured_set = measured_parameters(folder, preset)
+    out = []
+    for sdpa, profile in PROFILES.items():
+        path = folder / "step" / sdpa / "step.csv"
+        if not path.exists():
+            continue
+        with open(path) as handle:
+            for row in csv.DictReader(handle):
+                wall = float(row["wall_s"])
+                out.append({"config": row["config"], "attention": sdpa, "profile": profile, "measured_s": wall,
+                            "kernels_alone_s": predicted_compute_s(row, profile, preset, measured_set),
+                            "shipped_s": predicted_compute_s(row, profile, preset, [])})
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", type=pathlib.Path, default=HERE / "h100")
+    parser.add_argument("--preset", default="h100-sxm")
+    args = parser.parse_args()
+    print("parameters measured alone:", " ".join(measured_parameters(args.folder, args.preset)))
+    print(f"{'config':15s} {'attention':9s} {'measured':>9s} {'kernels alone':>14s} {'shipped':>14s}")
+    for r in compare(args.folder, args.preset):
+        alone, shipped = (r[k] / r["measured_s"] - 1 for k in ("kernels_alone_s", "shipped_s"))
+        print(f"{r['config']:15s} {r['attention']:9s} {r['measured_s']:8.4f}s {r['kernels_alone_s']:7.4f}s "
+              f"{alone:+5.1%} {r['shipped_s']:7.4f}s {shipped:+5.1%}")
+
+
+if __name__ == "__main__":
+    main()
