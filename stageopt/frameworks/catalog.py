@@ -8,8 +8,8 @@ few defaults of a shipped one (``base: megatron-core`` plus the keys that differ
 from __future__ import annotations
 
 import difflib
-from functools import lru_cache
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 
 from stageopt.errors import ConfigError

@@ -167,7 +167,8 @@ def gemm_padded_flops(m, n, k, batch, tile_m: int, tile_n: int, sm_count: int):
 
 
 def gemm_tiled_flops(m, n, k, batch, matmul: MatmulEfficiency, sm_count: int):
-    """FLOPs at the large tile's rate that a GEMM costs with the cheapest tile of :meth:`MatmulEfficiency.tile_choices`."""
+    """FLOPs at the large tile's rate that a GEMM costs in the cheapest of
+    :meth:`MatmulEfficiency.tile_choices` (a smaller tile's FLOPs count at its lower rate)."""
     costs = [gemm_padded_flops(m, n, k, batch, rows, cols, sm_count) / share
              for rows, cols, share in matmul.tile_choices()]
     return np.minimum.reduce(costs)
