@@ -101,12 +101,17 @@ def test_two_workers_on_one_journal_never_simulate_a_plan_twice(tmp_path: Path) 
     assert second.stats.cached + second.stats.told > 0
 
 
-def test_postgresql_two_workers_kill_9_of_one_resume_and_report(postgres: str, tmp_path: Path) -> None:
+def test_postgresql_two_workers_kill_9_of_one_resume_and_report(postgres: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Plain postgresql:// URL; two workers join one study; one is killed; the other finishes undisturbed;
     --resume completes the budget; report rebuilds best.json whole. No plan is simulated twice."""
     runs, name, budget = tmp_path / "runs", "pg", 24
-    victim = _worker(runs, postgres, name, "--join", "--budget", str(budget))
-    survivor = _worker(runs, postgres, name, "--join", "--budget", str(budget))
+    # Both workers simulate through the slow stand-in (the analytical answer after 0.5 s), so the victim is
+    # surely still searching once it owns 4 trials, however fast this machine runs the analytical model.
+    monkeypatch.setenv("STAGEOPT_TEST_SLEEP_S", "0.5")
+    slow = ("--backend", "search_doubles:SleepSimulator")
+    victim = _worker(runs, postgres, name, "--join", "--budget", str(budget), *slow)
+    survivor = _worker(runs, postgres, name, "--join", "--budget", str(budget), *slow)
     _wait_for_trials(runs, postgres, name, 4, victim)
     assert victim.poll() is None, "the first worker finished before it could be killed"
     victim.send_signal(signal.SIGKILL)
