@@ -8,8 +8,10 @@ exponentials are priced apart, on the special-function units; backward tied to
 forward by the throughput ratio the FlashAttention papers report at head dim
 128, exponentials included), the per-kernel launch cost on the GPU
 and the host's dispatch time per kernel. Each
-is bounded by its physical range (:data:`PARAMETERS`), so a missing term in the
-model shows up as a large error, not as a parameter that absorbs it.
+is bounded by its physical range (:data:`PARAMETERS`) and, where a GPU family's
+kernels were timed alone, by what they reached (:data:`MEASURED_CEILINGS`), so a
+missing term in the model shows up as a large error, not as a parameter that
+absorbs it.
 
 Honesty: :func:`leave_one_source_out` refits without each source in turn and
 predicts that source, which is the error to expect on runs the fit has never
@@ -36,6 +38,13 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("gpu.efficiency.launch_us", 1.0, 10.0),
     ("gpu.efficiency.host_us", 0.0, 30.0),
 )
+# What the same kernels reach alone on one GPU under load (experiments/kernels/: H100 and H200, PyTorch 2.11,
+# CUDA 13): the GEMM full-tile shares with the output store priced apart, and cuDNN's fused attention forward at
+# the clock it ran. A fit to training runs must stay at or below them.
+MEASURED_CEILINGS: dict[str, dict[str, float]] = {
+    "hopper": {"gpu.efficiency.matmul.peak_fraction": 0.731, "gpu.efficiency.matmul.fp8_peak_fraction": 0.721,
+               "gpu.efficiency.attention_forward.peak_fraction": 0.792},
+}
 BACKWARD_TO_FORWARD = 0.75  # flash-attention backward vs forward throughput (FlashAttention-2/3 papers)
 REFERENCE_HEAD_DIM = 128  # the head dim of those papers' headline throughputs
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -66,9 +75,16 @@ def backward_share(forward: float, gpu: Gpu) -> float:
     return 1 / (1 / (BACKWARD_TO_FORWARD * inclusive_forward) - 0.4 * r)
 
 
-def _fitted_keys(runs: Sequence[PreparedRun]) -> list[tuple[str, float, float]]:
+def fitted_ranges(runs: Sequence[PreparedRun]) -> list[tuple[str, float, float]]:
+    """(key, low, high) of each parameter the rows can fit: the physical range, capped by what the kernels
+    reach alone where the rows' GPU family was measured (:data:`MEASURED_CEILINGS`)."""
     fp8 = any(p.work.plan.dtype == "fp8" for p in runs)
-    return [p for p in PARAMETERS if fp8 or "fp8" not in p[0]]
+    ceilings: dict[str, float] = {}
+    for family, presets in FAMILIES.items():
+        if all(p.run.hardware in presets for p in runs):
+            ceilings = MEASURED_CEILINGS.get(family, {})
+    return [(key, low, min(high, ceilings.get(key, high))) for key, low, high in PARAMETERS
+            if fp8 or "fp8" not in key]
 
 
 @dataclass(frozen=True)
@@ -107,7 +123,7 @@ def fit(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] =
 
     ``start`` (``hw_set`` strings of an earlier fit) is the starting point; else the preset's values.
     """
-    params = _fitted_keys(runs)
+    params = fitted_ranges(runs)
     keys = [k for k, _, _ in params]
     lo, hi = np.array([p[1] for p in params]), np.array([p[2] for p in params])
     given = dict(item.split("=", 1) for item in start)

@@ -1,0 +1,55 @@
+"""The calibration's parameter ranges: physical, and for Hopper capped by the kernels timed alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from stageopt.hardware import load_hardware
+from stageopt.validation.calibrate import MEASURED_CEILINGS, PARAMETERS, fitted_ranges
+
+KERNELS = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "kernels"
+
+
+def _rows(hardware: str, dtype: str) -> list:
+    """Stand-ins for prepared rows: the range only reads a row's hardware preset and dtype."""
+    plan = SimpleNamespace(dtype=dtype)
+    return [SimpleNamespace(run=SimpleNamespace(hardware=hardware), work=SimpleNamespace(plan=plan))]
+
+
+def test_hopper_rows_cannot_fit_shares_above_what_their_kernels_reach_alone():
+    hopper = {key: high for key, _, high in fitted_ranges(_rows("h100-sxm", "fp8"))}
+    for key, ceiling in MEASURED_CEILINGS["hopper"].items():
+        assert hopper[key] == ceiling
+    a100 = {key: high for key, _, high in fitted_ranges(_rows("a100-80g", "bf16"))}
+    assert a100 == {key: high for key, _, high in PARAMETERS if "fp8" not in key}  # not measured: physical range
+    eff = load_hardware("h100-sxm").gpu.efficiency  # the shipped fit sits under the ceilings
+    assert eff.matmul.peak_fraction <= hopper["gpu.efficiency.matmul.peak_fraction"]
+    assert eff.matmul.fp8_peak_fraction <= hopper["gpu.efficiency.matmul.fp8_peak_fraction"]
+    assert eff.attention_forward.peak_fraction <= hopper["gpu.efficiency.attention_forward.peak_fraction"]
+
+
+def test_the_ceilings_are_what_the_committed_measurements_give():
+    if not (KERNELS / "h100" / "gemm.csv").exists():
+        pytest.skip("experiments/kernels not in this checkout")
+    spec = importlib.util.spec_from_file_location("compare_kernels", KERNELS / "compare_kernels.py")
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
+    shares = {"bf16": [], "fp8": [], "attention": []}
+    for gpu in ("h100", "h200"):
+        hw, folder = load_hardware(f"{gpu}-sxm"), KERNELS / gpu
+        gemms = kernels.read(folder, "gemm")
+        clock = float(np.median([float(r["sm_mhz"]) for r in gemms]))
+        for dtype in ("bf16", "fp8"):
+            shares[dtype].append(kernels.gemm_fit(hw, gemms, dtype, clock)[0])
+        attention = kernels.attention_shares(hw, kernels.read(folder, "attention"), clock)
+        shares["attention"].append(np.mean([v[0] for v in attention["cudnn", "fwd"]]))
+    ceilings = MEASURED_CEILINGS["hopper"]
+    assert max(shares["bf16"]) == pytest.approx(ceilings["gpu.efficiency.matmul.peak_fraction"], abs=0.001)
+    assert max(shares["fp8"]) == pytest.approx(ceilings["gpu.efficiency.matmul.fp8_peak_fraction"], abs=0.001)
+    assert max(shares["attention"]) == pytest.approx(ceilings["gpu.efficiency.attention_forward.peak_fraction"],
+                                                     abs=0.001)
