@@ -23,6 +23,7 @@ import contextlib
 import csv
 import pathlib
 import re
+import threading
 import time
 
 import torch
@@ -100,6 +101,40 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
+class ClockSampler:
+    """The SM clock read every 5 ms from another thread while the steps run (NVML; none on a CPU): the clock
+    a mixed step holds, to set against the clock the kernels measured alone held."""
+
+    def __init__(self, device: str):
+        self.readings: list[int] = []
+        self.handle = None
+        if device == "cuda":
+            try:
+                import pynvml
+                pynvml.nvmlInit()
+                self.handle, self.read = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetClockInfo
+                self.sm = pynvml.NVML_CLOCK_SM
+            except Exception:  # noqa: BLE001 - optional: the timings stand without it
+                self.handle = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while self.handle is not None and not self.stop.wait(0.005):
+            self.readings.append(self.read(self.handle, self.sm))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    def median(self) -> str:
+        return f"{sorted(self.readings)[len(self.readings) // 2]}" if self.readings else ""
+
+
 def family(name: str) -> str:
     for label, pattern in FAMILIES:
         if pattern.search(name):
@@ -122,11 +157,12 @@ def measure(name: str, dims, device: str, steps: int, out: pathlib.Path) -> dict
         step()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
-    began = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    wall = (time.perf_counter() - began) / steps
+    with ClockSampler(device) as clocks:
+        began = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = (time.perf_counter() - began) / steps
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda"
                                                            else [])
     with torch.profiler.profile(activities=activities) as prof:
@@ -148,7 +184,7 @@ def measure(name: str, dims, device: str, steps: int, out: pathlib.Path) -> dict
     return {"config": name, "layers": dims[0], "hidden": dims[1], "ffn": dims[2], "heads": dims[3],
             "kv_heads": dims[4], "vocab": vocab, "seq": seq, "wall_s": f"{wall:.5f}",
             "gpu_s": f"{sum(sums.values()):.5f}", **{f"{k}_s": f"{v:.5f}" for k, v in sums.items()},
-            "kernels": kernels}
+            "kernels": kernels, "sm_mhz_median": clocks.median()}
 
 
 def main():
