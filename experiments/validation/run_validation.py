@@ -17,7 +17,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from stageopt.validation import family_ranking, load_runs, mape, predict_all, repeated_setups
+from stageopt.validation import family_ranking, load_runs, mape, precision_pairs, predict_all, repeated_setups
 from stageopt.validation.compare import by_key
 
 HERE = Path(__file__).resolve().parent
@@ -56,6 +56,19 @@ def parity_plot(comps, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
+def print_precision_pairs(comps) -> None:
+    """Same source, same plan, BF16 and FP8: a gap between their errors is a precision-specific miss."""
+    pairs = precision_pairs(comps)
+    if not pairs:
+        return
+    print(f"\n{len(pairs)} plans measured in BF16 and in low precision by one source (gap: low-precision error "
+          "minus BF16 error):")
+    for hardware, group in sorted(by_key([p for p, _, _ in pairs], lambda c: c.run.hardware).items()):
+        gaps = [100 * gap for high, _, gap in pairs if high.run.hardware == hardware]
+        print(f"  {hardware:<16} {len(gaps):>3} pairs  gap mean {sum(gaps) / len(gaps):+5.1f} pts, "
+              f"from {min(gaps):+5.1f} to {max(gaps):+5.1f}")
+
+
 def print_repeats(comps) -> None:
     """Setups published more than once (successive releases): what no single prediction can fit."""
     repeats = repeated_setups(comps)
@@ -89,6 +102,7 @@ def main() -> None:
     for name, (n, rho, regret) in sorted(family_ranking(comps).items()):
         print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
     print_repeats(comps)
+    print_precision_pairs(comps)
     misses = [c for c in comps if c.free_gib < 0]
     print(f"\n{len(misses)} of {len(comps)} published runs predicted not to fit their GPU's memory:")
     for c in sorted(misses, key=lambda c: c.free_gib):

@@ -7,9 +7,10 @@ families of plans, top-1 regret). Imports ``stageopt.sim.run``; only
 experiments and tests import it.
 """
 
-from stageopt.validation.compare import Comparison, family_ranking, mape, predict, predict_all, repeated_setups
+from stageopt.validation.compare import (Comparison, family_ranking, mape, precision_pairs, predict, predict_all,
+                                        repeated_setups)
 from stageopt.validation.flops import FORMULAS, source_flops
 from stageopt.validation.runs import METRICS, PublishedRun, load_runs
 
-__all__ = ["FORMULAS", "METRICS", "Comparison", "PublishedRun", "family_ranking", "load_runs", "mape", "predict",
-           "predict_all", "repeated_setups", "source_flops"]
+__all__ = ["FORMULAS", "METRICS", "Comparison", "PublishedRun", "family_ranking", "load_runs", "mape",
+           "precision_pairs", "predict", "predict_all", "repeated_setups", "source_flops"]

@@ -20,6 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from stageopt.errors import StageoptError
+from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.hardware import Hardware, apply_hw_overrides
 from stageopt.hardware.headroom import memory_fit
 from stageopt.sim.analytical import AnalyticalSimulator
@@ -143,6 +144,29 @@ def family_ranking(comps: Sequence[Comparison]) -> dict[str, tuple[int, float, f
         rho = float(spearmanr(measured, predicted).statistic)
         regret = float(measured.max() / measured[int(np.argmax(predicted))] - 1)
         out[name] = (len(group), rho, regret)
+    return out
+
+
+def precision_pairs(comps: Sequence[Comparison]) -> list[tuple[Comparison, Comparison, float]]:
+    """Rows of one source that differ only in precision: ``(bf16 row, low-precision row, gap)``.
+
+    ``gap`` is the low-precision row's throughput error minus the BF16 row's. Both ran the same plan on
+    the same stack and cluster, so whatever the two share cancels: a gap far from zero says the model
+    misses something that differs between the precisions (a kernel, a cast, an FP8-only collective).
+    """
+    def setup(c: Comparison) -> str:
+        r = c.run
+        plan = " ".join(t for t in r.plan.split() if not t.startswith("dtype="))
+        return "|".join((r.source, r.model, ",".join(r.model_set), str(r.gpus), plan, r.framework, r.hardware,
+                         ",".join(r.hw_set), r.metric))
+
+    def dtype(c: Comparison) -> str:
+        return next((t.split("=", 1)[1] for t in c.run.plan.split() if t.startswith("dtype=")), "bf16")
+
+    out = []
+    for group in by_key(comps, setup).values():
+        high = [c for c in group if dtype(c) == "bf16"]
+        out += [(high[0], c, c.error - high[0].error) for c in group if high and dtype(c) in LOW_PRECISION_RECIPES]
     return out
 
 
