@@ -106,6 +106,10 @@ class FrameworkProfile:
     BF16_Optimizer: its pipeline engine calls ``update_hp_grads`` after every backward pass):
     :data:`GRAD_CAST_ADD_BYTES` of HBM traffic per parameter and micro-batch. Megatron's
     gradient-accumulation fusion has the weight-gradient GEMM write the fp32 buffer instead.
+    ``wgrad_accumulation_fusion``: each weight-gradient GEMM adds its result into the main-gradient
+    buffer in its epilogue (Megatron-LM since February 2022, commit 83b1e42f; Transformer Engine's
+    ``fuse_wgrad_accumulation``), so its output store reads and writes the buffer's dtype
+    (``grad_dtype``) on every micro-batch instead of writing one BF16 copy.
     """
 
     name: str
@@ -140,6 +144,7 @@ class FrameworkProfile:
     tp_async_backward: bool = False
     sp_saves_shard: bool = True
     grad_cast_add: bool = False
+    wgrad_accumulation_fusion: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -169,6 +174,11 @@ class FrameworkProfile:
         """HBM bytes per parameter and micro-batch that staging bf16 gradients into fp32 costs (0: none)."""
         staged = self.grad_cast_add and dtype == "bf16" and grad_dtype == "fp32" and zero <= 1
         return GRAD_CAST_ADD_BYTES if staged else 0
+
+    def wgrad_store_bytes(self, grad_bytes: int) -> int | None:
+        """Bytes an element of a weight-gradient GEMM's output moves in its epilogue: the accumulate
+        reads and writes the ``grad_bytes``-wide main gradient (None: the GEMM writes a BF16 copy)."""
+        return 2 * grad_bytes if self.wgrad_accumulation_fusion else None
 
     def all_reduces_sharded_grads(self, dtype: str) -> bool:
         """Whether ZeRO-1/2 gradients are all-reduced whole (not reduce-scattered) for ``dtype`` training."""

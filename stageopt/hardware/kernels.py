@@ -33,6 +33,11 @@ data-gradient GEMM first casts its activation operand (read BF16, write the
 row-wise and the column-wise low-precision copies: 2 + 2 x 1 bytes an element
 for FP8, 2 + 2 x 0.5625 for NVFP4 with its block scales), priced as one extra
 memory-bound kernel. NVFP4 GEMMs run at the FP4 peak.
+
+Gradient accumulation: where the stack fuses it into the weight-gradient GEMM
+(``wgrad_store_bytes``), that GEMM's epilogue reads the main-gradient buffer
+and writes it back, so its store moves those bytes an element, not one BF16
+write. A weight-gradient GEMM is a backward GEMM of the ``LOWP`` class.
 """
 
 from __future__ import annotations
@@ -70,11 +75,13 @@ class Kernels:
 
 
 def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best",
-                   cuda_graphs: bool = False) -> np.ndarray:
+                   cuda_graphs: bool = False, wgrad_store_bytes: float | None = None) -> np.ndarray:
     """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | fa2).
 
     With ``cuda_graphs`` the kernels are replayed from a CUDA graph: each pays
     ``graph_launch_us`` instead of the launch cost and no host dispatch time.
+    ``wgrad_store_bytes``: bytes an element of a weight-gradient GEMM's output
+    moves where the stack accumulates gradients in its epilogue (None: a BF16 write).
     """
     gpu, eff = hw.gpu, hw.gpu.efficiency
     low = dtype in LOW_PRECISION_RECIPES
@@ -93,8 +100,11 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     cast_bytes = (2.0 + 2.0 * DTYPE_BYTES[dtype]) if low else 0.0  # read BF16, write two low-precision copies
     cast = np.where(lowp & (kern.precision == LOWP_CAST),
                     launch + cast_bytes * kern.m * kern.k * kern.batch / bandwidth, 0.0)
-    store = np.where(shaped, kern.m * kern.n * kern.batch * DTYPE_BYTES[high] / bandwidth, 0.0)
-    reads = np.maximum(memory - store, 0.0)
+    written = np.where(shaped, kern.m * kern.n * kern.batch * DTYPE_BYTES[high] / bandwidth, 0.0)
+    reads = np.maximum(memory - written, 0.0)
+    wgrad = (kern.precision == LOWP) & np.asarray(kern.backward, dtype=bool)
+    store = written if wgrad_store_bytes is None else np.where(
+        wgrad, written * (wgrad_store_bytes / DTYPE_BYTES[high]), written)
     matmul = launch + np.maximum(padded / (fraction * peak), reads) + store + cast
     attn_peak = gpu.sustained_peak(high) * 1e12
     computed = kern.flops * np.where(kern.code == 2, 0.5, 1.0)  # causal kernels skip the masked half
@@ -109,7 +119,7 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
 
 
 def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, attention_kernel: str = "best",
-                           cuda_graphs: bool = False) -> np.ndarray:
+                           cuda_graphs: bool = False, wgrad_store_bytes: float | None = None) -> np.ndarray:
     """:func:`kernel_seconds`, with each group of fused GEMMs priced as the one GEMM it is.
 
     ``groups`` labels each kernel (axis 0) with its fused GEMM (-1: none); a
@@ -119,7 +129,7 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
     weight gradient. The group is priced as that one GEMM and its members share
     its time in proportion to their FLOPs.
     """
-    times = kernel_seconds(hw, dtype, kern, attention_kernel, cuda_graphs)
+    times = kernel_seconds(hw, dtype, kern, attention_kernel, cuda_graphs, wgrad_store_bytes)
     groups = np.asarray(groups)
     shape = np.broadcast_shapes(*(np.shape(getattr(kern, f)) for f in ("flops", "m", "n", "k", "batch")))
     full = {f: np.broadcast_to(np.asarray(getattr(kern, f), dtype=float), shape) for f in
@@ -134,7 +144,7 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
                       flops=flops.sum(axis=0)[None], nbytes=full["nbytes"][idx].sum(axis=0)[None],
                       precision=np.asarray(kern.precision)[idx[:1]], backward=np.asarray(kern.backward)[idx[:1]],
                       **dims)
-        together = kernel_seconds(hw, dtype, one, attention_kernel, cuda_graphs)[0]
+        together = kernel_seconds(hw, dtype, one, attention_kernel, cuda_graphs, wgrad_store_bytes)[0]
         share = np.divide(flops, flops.sum(axis=0), out=np.full_like(flops, 1.0 / len(idx)),
                           where=flops.sum(axis=0) > 0)
         times[idx] = together * share

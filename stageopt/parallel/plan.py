@@ -258,6 +258,11 @@ class Plan:
         return self.framework.grad_cast_add_bytes(self.dtype, self.grad_dtype, self.step_zero)
 
     @property
+    def wgrad_store_bytes(self) -> int | None:
+        """Bytes per element a weight-gradient GEMM's epilogue moves (None: one BF16 write)."""
+        return self.framework.wgrad_store_bytes(self.grad_bytes)
+
+    @property
     def grad_sync_kind(self) -> str:
         """The collective that reduces gradients over data parallelism at the end of a step (ZeRO 0-2)."""
         whole = self.step_zero == 0 or self.framework.all_reduces_sharded_grads(self.dtype)

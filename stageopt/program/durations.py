@@ -42,7 +42,8 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware, tp_async
             m=shape[0], n=shape[1], k=shape[2], batch=shape[3],
             precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
             count=np.array([n.launches for n in comp])),
-            np.array([n.gemm_group for n in comp]), plan.framework.attention_kernel)
+            np.array([n.gemm_group for n in comp]), plan.framework.attention_kernel,
+            wgrad_store_bytes=plan.wgrad_store_bytes)
     by_kind: dict[tuple[str, str, int], list] = {}
     for n in nodes:
         if n.type == COLL:

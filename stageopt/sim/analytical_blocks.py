@@ -34,7 +34,8 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
         code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
         flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
         precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
-        count=table.launches[:, None]), table.groups, proto.framework.attention_kernel)
+        count=table.launches[:, None]), table.groups, proto.framework.attention_kernel,
+        wgrad_store_bytes=proto.wgrad_store_bytes)
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
     cost["wgrad"] = times[table.wgrad].sum(axis=0) if table.wgrad is not None else np.zeros(n)  # part of bwd
