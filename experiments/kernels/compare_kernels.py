@@ -13,8 +13,8 @@ warm-up load, each time scaled to the run's median SM clock):
   variants it replaced: one fixed 128x256 tile, no output-store term, and no
   quantization at all.
 * Streaming kernels: the HBM share a large copy reaches (``memory_fraction``).
-* Attention: the share of peak the fused kernels reach, and FlashAttention-2
-  against cuDNN's kernel (``fa2_attention_scale``).
+* Attention: the share of peak the fused kernels reach (FlashAttention-2's are the
+  presets' ``attention_*.fa2_peak_fraction``), and FlashAttention-2 against cuDNN's kernel.
 * Grouped expert GEMMs, priced with the preset as shipped.
 * The sustained rate and clock of a large GEMM under the power limit: the
   ceiling for any fitted ``matmul.peak_fraction``.
@@ -164,8 +164,10 @@ def main():
     reached = np.median([float(r["gbps"]) for r in copies]) / hw.gpu.hbm_gbps
     print(f"copy of 1-4 GiB: {reached:.3f} of {hw.gpu.hbm_gbps:.0f} GB/s (preset memory_fraction "
           f"{hw.gpu.efficiency.memory_fraction})")
-    print(f"attention (preset: fwd {hw.gpu.efficiency.attention_forward.peak_fraction}, bwd "
-          f"{hw.gpu.efficiency.attention_backward.peak_fraction}, FA2 scale {hw.gpu.efficiency.fa2_attention_scale}):")
+    fwd, bwd = hw.gpu.efficiency.attention_forward, hw.gpu.efficiency.attention_backward
+    scale = hw.gpu.efficiency.fa2_attention_scale
+    print(f"attention (preset: best fwd {fwd.peak_fraction}, bwd {bwd.peak_fraction}; FlashAttention-2 fwd "
+          f"{fwd.fa2_peak_fraction}, bwd {bwd.fa2_peak_fraction}, else {scale} x best):")
     print("\n".join(attention_lines(hw, read(args.folder, "attention"), clock)))
     print("grouped expert GEMMs (torch._grouped_mm), the preset's parameters as shipped:")
     print("\n".join(grouped_lines(hw, read(args.folder, "grouped"))))

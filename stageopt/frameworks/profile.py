@@ -45,8 +45,9 @@ class FrameworkProfile:
     ``attention_kernel`` is the fused attention implementation: ``best`` (cuDNN
     fused attention / FlashAttention-3 class, the GPU's ``attention_*`` figures)
     or ``fa2`` (FlashAttention-2, as PyTorch SDPA's flash backend ships; the
-    GPU's ``fa2_attention_scale`` of that). ``fusions`` lists the elementwise fusion groups the stack launches as one
-    kernel (:data:`FUSION_GROUPS`). ``pipeline_scatter_gather`` sends only a
+    GPU's ``attention_*.fa2_peak_fraction``, measured, or ``fa2_attention_scale``
+    of the best share where it is not). ``fusions`` lists the elementwise fusion
+    groups the stack launches as one kernel (:data:`FUSION_GROUPS`). ``pipeline_scatter_gather`` sends only a
     1/tp shard of each pipeline activation when sequence parallelism is off,
     re-gathered over NVLink on arrival (Megatron-LM since 2021).
     ``grad_bucket_params`` caps the parameters per gradient-sync collective

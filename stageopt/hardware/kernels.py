@@ -109,8 +109,8 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     attn_peak = gpu.sustained_peak(high) * 1e12
     computed = kern.flops * np.where(kern.code == 2, 0.5, 1.0)  # causal kernels skip the masked half
     attn_flops = computed * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0)
-    attn_fraction = np.where(kern.backward, eff.attention_backward.peak_fraction, eff.attention_forward.peak_fraction)
-    attn_fraction = attn_fraction * (eff.fa2_attention_scale if attention_kernel == "fa2" else 1.0)
+    attn_fraction = np.where(kern.backward, eff.attention_backward.fraction(attention_kernel, eff.fa2_attention_scale),
+                             eff.attention_forward.fraction(attention_kernel, eff.fa2_attention_scale))
     scores = np.where(kern.k > 0, computed / np.maximum(kern.k, 1), 0.0)
     attention = launch + attn_flops / (attn_fraction * attn_peak) + gpu.exp_seconds(scores)
     vector = launch * launches + memory

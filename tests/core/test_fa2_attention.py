@@ -1,0 +1,52 @@
+"""FlashAttention-2 is priced at its own measured share of peak, by hand; not tied to the best kernel's fit.
+
+One causal attention forward kernel of F model FLOPs and S scores costs, at a share f of the dense peak P,
+
+    launch + (F / 2) / (f P) + S / (exponential rate),
+
+where a causal kernel executes half its model FLOPs. With ``fa2`` the share is the GPU's
+``attention_forward.fa2_peak_fraction`` where set, else ``fa2_attention_scale`` times the best share.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stageopt.hardware import apply_hw_overrides, load_hardware
+from stageopt.hardware.kernels import HIGH, KERNEL_CODES, Kernels, kernel_seconds
+
+B, H, S, D = 1, 32, 8192, 128
+FLOPS = 4.0 * B * H * S * S * D  # model FLOPs of one attention forward (QK^T and PV)
+
+
+def forward_s(hw, kernel: str) -> float:
+    kern = Kernels(code=np.array([KERNEL_CODES["attention_causal"]]), flops=np.array([FLOPS]),
+                   nbytes=np.zeros(1), m=np.zeros(1), n=np.zeros(1), k=np.array([4.0 * D]),
+                   batch=np.zeros(1), precision=np.array([HIGH]), backward=np.zeros(1, dtype=bool))
+    return float(kernel_seconds(hw, "bf16", kern, kernel)[0])
+
+
+def by_hand(hw, share: float) -> float:
+    gpu = hw.gpu
+    scores = FLOPS / 2 / (4.0 * D)
+    return gpu.efficiency.launch_us * 1e-6 + FLOPS / 2 / (share * gpu.peak("bf16") * 1e12) \
+        + scores / (gpu.exp_tops * 1e12)
+
+
+def test_fa2_runs_at_its_measured_share_whatever_the_best_kernel_is():
+    hw = load_hardware("h100-sxm")
+    fa2 = hw.gpu.efficiency.attention_forward.fa2_peak_fraction
+    assert fa2 is not None
+    assert forward_s(hw, "fa2") == pytest.approx(by_hand(hw, fa2), rel=1e-9)
+    faster_best = apply_hw_overrides(hw, ["gpu.efficiency.attention_forward.peak_fraction=0.8"])
+    assert forward_s(faster_best, "fa2") == pytest.approx(forward_s(hw, "fa2"), rel=1e-12)
+    assert forward_s(faster_best, "best") == pytest.approx(by_hand(hw, 0.8), rel=1e-9)
+
+
+def test_without_a_measured_share_fa2_is_a_scale_of_the_best():
+    hw = load_hardware("b200")
+    eff = hw.gpu.efficiency
+    assert eff.attention_forward.fa2_peak_fraction is None
+    expected = by_hand(hw, eff.fa2_attention_scale * eff.attention_forward.peak_fraction)
+    assert forward_s(hw, "fa2") == pytest.approx(expected, rel=1e-9)
