@@ -37,7 +37,9 @@ memory-bound kernel. NVFP4 GEMMs run at the FP4 peak.
 Gradient accumulation: where the stack fuses it into the weight-gradient GEMM
 (``wgrad_store_bytes``), that GEMM's epilogue reads the main-gradient buffer
 and writes it back, so its store moves those bytes an element, not one BF16
-write. A weight-gradient GEMM is a backward GEMM of the ``LOWP`` class.
+write. A weight-gradient GEMM is a backward GEMM of the ``LOWP`` class: the
+linear layers' (the output layer and the router, kept in BF16, are left out;
+their epilogue is a few percent of their own GEMM).
 """
 
 from __future__ import annotations
