@@ -110,7 +110,8 @@ class FrameworkProfile:
     ``wgrad_accumulation_fusion``: each weight-gradient GEMM adds its result into the main-gradient
     buffer in its epilogue (Megatron-LM since February 2022, commit 83b1e42f; Transformer Engine's
     ``fuse_wgrad_accumulation``), so its output store reads and writes the buffer's dtype
-    (``grad_dtype``) on every micro-batch instead of writing one BF16 copy.
+    (``grad_dtype``) on every micro-batch instead of writing one BF16 copy. Not under ZeRO-3: Megatron-FSDP
+    runs without it (Megatron-Bridge's FSDP recipes set ``gradient_accumulation_fusion = False``).
     """
 
     name: str
@@ -176,10 +177,10 @@ class FrameworkProfile:
         staged = self.grad_cast_add and dtype == "bf16" and grad_dtype == "fp32" and zero <= 1
         return GRAD_CAST_ADD_BYTES if staged else 0
 
-    def wgrad_store_bytes(self, grad_bytes: int) -> int | None:
+    def wgrad_store_bytes(self, grad_bytes: int, zero: int) -> int | None:
         """Bytes an element of a weight-gradient GEMM's output moves in its epilogue: the accumulate
         reads and writes the ``grad_bytes``-wide main gradient (None: the GEMM writes a BF16 copy)."""
-        return 2 * grad_bytes if self.wgrad_accumulation_fusion else None
+        return 2 * grad_bytes if self.wgrad_accumulation_fusion and zero < 3 else None
 
     def all_reduces_sharded_grads(self, dtype: str) -> bool:
         """Whether ZeRO-1/2 gradients are all-reduced whole (not reduce-scattered) for ``dtype`` training."""

@@ -260,7 +260,7 @@ class Plan:
     @property
     def wgrad_store_bytes(self) -> int | None:
         """Bytes per element a weight-gradient GEMM's epilogue moves (None: one BF16 write)."""
-        return self.framework.wgrad_store_bytes(self.grad_bytes)
+        return self.framework.wgrad_store_bytes(self.grad_bytes, self.zero)
 
     @property
     def grad_sync_kind(self) -> str:

@@ -63,7 +63,8 @@ def test_megatron_lm_2022_accumulates_in_fp32(tmp_path):
 
 
 def test_which_stacks_fuse():
-    assert load_profile("megatron-core").wgrad_store_bytes(2) == 4
-    assert load_profile("megatron-lm-2022").wgrad_store_bytes(4) == 8
+    assert load_profile("megatron-core").wgrad_store_bytes(2, zero=1) == 4
+    assert load_profile("megatron-core").wgrad_store_bytes(2, zero=3) is None  # Megatron-FSDP turns it off
+    assert load_profile("megatron-lm-2022").wgrad_store_bytes(4, zero=0) == 8
     for stack in ("megatron-lm-2021", "torchtitan", "megatron-deepspeed"):  # autograd writes the gradient
-        assert load_profile(stack).wgrad_store_bytes(4) is None
+        assert load_profile(stack).wgrad_store_bytes(4, zero=1) is None
