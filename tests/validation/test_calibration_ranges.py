@@ -33,12 +33,18 @@ def test_hopper_rows_cannot_fit_shares_above_what_their_kernels_reach_alone():
     assert eff.attention_forward.peak_fraction <= hopper["gpu.efficiency.attention_forward.peak_fraction"]
 
 
-def test_the_ceilings_are_what_the_committed_measurements_give():
-    if not (KERNELS / "h100" / "gemm.csv").exists():
+def _compare_kernels(needed: str):
+    """experiments/kernels/compare_kernels.py as a module (skip where a user's clone lacks the measurements)."""
+    if not (KERNELS / "h100" / needed).exists():
         pytest.skip("experiments/kernels not in this checkout")
     spec = importlib.util.spec_from_file_location("compare_kernels", KERNELS / "compare_kernels.py")
     kernels = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kernels)
+    return kernels
+
+
+def test_the_ceilings_are_what_the_committed_measurements_give():
+    kernels = _compare_kernels("gemm.csv")
     shares = {"bf16": [], "fp8": [], "attention": []}
     for gpu in ("h100", "h200"):
         hw, folder = load_hardware(f"{gpu}-sxm"), KERNELS / gpu
@@ -58,11 +64,7 @@ def test_the_ceilings_are_what_the_committed_measurements_give():
 def test_flash_attention_2_shares_are_the_measured_ones():
     """The presets' FlashAttention-2 shares are what the committed attention timings give (at the clock each
     kernel ran, the exponentials priced apart), not a fit: the torchtitan rows cannot move them."""
-    if not (KERNELS / "h100" / "attention.csv").exists():
-        pytest.skip("experiments/kernels not in this checkout")
-    spec = importlib.util.spec_from_file_location("compare_kernels", KERNELS / "compare_kernels.py")
-    kernels = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kernels)
+    kernels = _compare_kernels("attention.csv")
     for gpu in ("h100", "h200"):
         hw = load_hardware(f"{gpu}-sxm")
         measured = kernels.attention_shares(hw, kernels.read(KERNELS / gpu, "attention"), 1.0)
