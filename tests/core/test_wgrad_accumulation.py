@@ -20,8 +20,9 @@ import pytest
 
 from stageopt.frameworks import load_profile
 from stageopt.hardware import load_hardware
+from stageopt.sim.analytical_batch import evaluate_plans
 from stageopt.sim.replay import ReplaySimulator
-from stageopt.sim.run import simulate_plan
+from stageopt.sim.run import simulate_plan, workload_for
 
 STACKS = Path(__file__).resolve().parents[2] / "simulators" / "frameworks"
 H, FFN, LAYERS, MICROBATCHES = 2048, 8192, 4, 4
@@ -68,3 +69,15 @@ def test_which_stacks_fuse():
     assert load_profile("megatron-lm-2022").wgrad_store_bytes(4, zero=0) == 8
     for stack in ("megatron-lm-2021", "torchtitan", "megatron-deepspeed"):  # autograd writes the gradient
         assert load_profile(stack).wgrad_store_bytes(4, zero=1) is None
+
+
+def test_a_search_batch_prices_each_plan_with_its_own_epilogue():
+    """Plans scored together (a search) that differ only in ZeRO stage: Megatron-FSDP's plan has no fused
+    epilogue, the ZeRO-1 plan has one, exactly as when each is scored alone."""
+    hw = load_hardware("h100-sxm")
+    plans = [workload_for("llama3-8b", f"tp=1 pp=1 dp=8 mbs=1 gbs=64 zero={z}", 8).plan for z in (1, 3)]
+    assert [p.wgrad_store_bytes for p in plans] == [4, None]
+    model = workload_for("llama3-8b", "tp=1 pp=1 dp=8 mbs=1 gbs=64", 8).model
+    together = evaluate_plans(model, hw, plans)["iteration_time_s"]
+    for plan, time_s in zip(plans, together):
+        assert time_s == pytest.approx(evaluate_plans(model, hw, [plan])["iteration_time_s"][0], rel=1e-12)
