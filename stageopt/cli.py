@@ -24,6 +24,7 @@ COMMANDS = [
     "replay",
     "generate",
     "search",
+    "calibrate",
     "report",
     "export",
     "serve",

@@ -3,8 +3,10 @@
 Owns the published-runs table format (rows a user could type: model, plan,
 framework, hardware, the measurement in its source's metric), the sources' FLOP
 conventions, and the error metrics (per-source MAPE, rank correlation within
-families of plans, top-1 regret). Imports ``stageopt.sim.run``; only
-experiments and tests import it.
+families of plans, top-1 regret), and the fit of a hardware file's kernel shares
+to measured runs (the shipped presets' calibration and ``stageopt calibrate``).
+Imports ``stageopt.sim.run``; the experiments, the tests and ``stageopt calibrate``
+import it.
 """
 
 from stageopt.validation.compare import (Comparison, family_ranking, mape, precision_pairs, predict, predict_all,

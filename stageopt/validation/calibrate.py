@@ -75,14 +75,26 @@ def backward_share(forward: float, gpu: Gpu) -> float:
     return 1 / (1 / (BACKWARD_TO_FORWARD * inclusive_forward) - 0.4 * r)
 
 
+# GPU names (as hardware files spell them) of each family, for files that are not one of its presets.
+FAMILY_GPUS: dict[str, tuple[str, ...]] = {"a100": ("A100",), "hopper": ("H100", "H200"),
+                                           "blackwell": ("B200", "GB200")}
+
+
+def gpu_family(run: PreparedRun) -> str | None:
+    """The GPU family of a row: by its hardware preset's name, else by the GPU name in its hardware file."""
+    for family, presets in FAMILIES.items():
+        if run.run.hardware in presets:
+            return family
+    name = run.hardware.gpu.name.upper()
+    return next((f for f, gpus in FAMILY_GPUS.items() if any(g in name.split() for g in gpus)), None)
+
+
 def fitted_ranges(runs: Sequence[PreparedRun]) -> list[tuple[str, float, float]]:
     """(key, low, high) of each parameter the rows can fit: the physical range, capped by what the kernels
     reach alone where the rows' GPU family was measured (:data:`MEASURED_CEILINGS`)."""
     fp8 = any(p.work.plan.dtype == "fp8" for p in runs)
-    ceilings: dict[str, float] = {}
-    for family, presets in FAMILIES.items():
-        if all(p.run.hardware in presets for p in runs):
-            ceilings = MEASURED_CEILINGS.get(family, {})
+    families = {gpu_family(p) for p in runs}
+    ceilings = MEASURED_CEILINGS.get(families.pop(), {}) if len(families) == 1 else {}
     return [(key, low, min(high, ceilings.get(key, high))) for key, low, high in PARAMETERS
             if fp8 or "fp8" not in key]
 
@@ -118,12 +130,18 @@ def source_weights(runs: Sequence[PreparedRun]) -> np.ndarray:
     return np.array([1 / np.sqrt(sources.count(s)) for s in sources])
 
 
-def fit(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] = ()) -> Fit:
+def fit(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] = (),
+        keys: Sequence[str] | None = None, robust: bool = False) -> Fit:
     """Least squares on log throughput ratios, each source weighted equally, inside the physical ranges.
 
     ``start`` (``hw_set`` strings of an earlier fit) is the starting point; else the preset's values.
+    ``keys`` restricts the fit to those parameters (default: every one the rows' precisions use).
+    ``robust``: errors beyond ~5% weigh linearly, not squared (``soft_l1``), so one odd measurement among a
+    user's few does not drag the fit (the shipped presets keep the plain squares).
     """
-    params = fitted_ranges(runs)
+    params = [p for p in fitted_ranges(runs) if keys is None or p[0] in keys]
+    if not params:
+        raise StageoptError("no parameter left to fit: the FP8 GEMM share needs FP8 rows; choose another")
     keys = [k for k, _, _ in params]
     lo, hi = np.array([p[1] for p in params]), np.array([p[2] for p in params])
     given = dict(item.split("=", 1) for item in start)
@@ -131,10 +149,51 @@ def fit(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] =
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     weights = source_weights(runs)
     res = least_squares(lambda x: _log_ratios(x, keys, runs) * weights, x0, bounds=(lo, hi),
-                        max_nfev=max_evals, diff_step=0.02, x_scale=hi - lo)
+                        max_nfev=max_evals, diff_step=0.02, x_scale=hi - lo,
+                        loss="soft_l1" if robust else "linear", f_scale=0.05)
     sets = tuple(hw_set_for(res.x, keys, runs[0].hardware.gpu))
+    jacobian = _jacobian(res.x, keys, runs, lo, hi) if robust else res.jac / weights[:, None]
     return Fit(hw_set=sets, comparisons=tuple(predict(p, sets) for p in runs), keys=tuple(keys), x=res.x,
-               bounds=(lo, hi), residuals=res.fun / weights, jacobian=res.jac / weights[:, None])
+               bounds=(lo, hi), residuals=res.fun / weights, jacobian=jacobian)
+
+
+def _jacobian(x: np.ndarray, keys: Sequence[str], runs: Sequence[PreparedRun], lo, hi) -> np.ndarray:
+    """d log ratio / d parameter by one-sided differences of 2% of each range (least_squares returns the
+    robust loss's rescaled Jacobian, not this one)."""
+    base = _log_ratios(x, keys, runs)
+    out = np.empty((len(runs), len(keys)))
+    for j in range(len(keys)):
+        step = 0.02 * (hi[j] - lo[j]) * (1 if x[j] + 0.02 * (hi[j] - lo[j]) <= hi[j] else -1)
+        moved = x.copy()
+        moved[j] += step
+        out[:, j] = (_log_ratios(moved, keys, runs) - base) / step
+    return out
+
+
+IDENTIFIED_EFFECT = 0.01  # a parameter whose whole range moves no row by 1% is not pinned down by the rows
+
+
+def fit_identified(runs: Sequence[PreparedRun], keys: Sequence[str] | None = None,
+                   max_evals: int = 20, robust: bool = False) -> tuple[Fit, tuple[str, ...]]:
+    """:func:`fit`, then a refit without the parameters the rows do not constrain.
+
+    Why: a parameter no row is sensitive to drifts to wherever the optimizer
+    leaves it (often a bound), which reads as a measurement when it is none.
+    Such a parameter keeps the hardware file's value. Returns the fit and the
+    keys left out. The effect of a parameter is, from the fit's Jacobian, the
+    largest change in any row's log throughput across its whole range.
+    """
+    whole = fit(runs, max_evals, keys=keys, robust=robust)
+    lo, hi = whole.bounds
+    effect = np.max(np.abs(whole.jacobian), axis=0) * (hi - lo)
+    loose = tuple(k for k, e in zip(whole.keys, effect) if e < IDENTIFIED_EFFECT)
+    kept = [k for k in whole.keys if k not in loose]
+    if not kept:
+        raise StageoptError(f"the runs pin down none of {', '.join(whole.keys)} (no run's time moves by "
+                            f"{IDENTIFIED_EFFECT:.0%} across their ranges); add runs with more compute per GPU")
+    if not loose:
+        return whole, ()
+    return fit(runs, max_evals, start=whole.hw_set, keys=kept, robust=robust), loose
 
 
 def _current(run: PreparedRun, key: str) -> float:
@@ -168,15 +227,15 @@ def held_out_errors(whole: Fit, runs: Sequence[PreparedRun]) -> dict[str, np.nda
     return out
 
 
-def leave_one_source_out(runs: Sequence[PreparedRun], max_evals: int = 20,
-                         start: Sequence[str] = ()) -> dict[str, tuple[Comparison, ...]]:
-    """For each source: the comparisons on its rows from a fit to every other source's rows."""
+def leave_one_source_out(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] = (),
+                         keys: Sequence[str] | None = None) -> dict[str, tuple[Comparison, ...]]:
+    """For each source: the comparisons on its rows from a fit (of ``keys``) to every other source's rows."""
     out = {}
     for source in sorted({p.run.source for p in runs}):
         rest = [p for p in runs if p.run.source != source]
         if not rest:
             continue
         held = [p for p in runs if p.run.source == source]
-        sets = fit(rest, max_evals, start).hw_set
+        sets = fit(rest, max_evals, start, keys).hw_set
         out[source] = tuple(predict(p, sets) for p in held)
     return out

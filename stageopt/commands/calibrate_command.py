@@ -1,0 +1,177 @@
+"""``stageopt calibrate``: fit a hardware file's kernel shares to steps measured on your own cluster.
+
+The published runs differ from one another by software release and cluster as
+much as by anything the model itemizes; a user's own few measured steps pin
+their stack down. The fit moves only the physical parameters calibration fits
+for the shipped presets, inside the same ranges, and reports the error on each
+group of runs held out of the fit, so the figure to expect on plans not
+measured is printed beside the in-sample one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from stageopt.errors import ConfigError, StageoptError
+from stageopt.sim.run import hardware_for
+from stageopt.validation.calibrate import fit_identified, held_out_errors, leave_one_source_out
+from stageopt.validation.calibrated_file import write_calibrated_hardware
+from stageopt.validation.compare import PreparedRun, family_ranking, mape, predict, prepare
+from stageopt.validation.measured import OPTIONAL, REQUIRED, load_measured
+
+FIT_NAMES = {
+    "gemm": "gpu.efficiency.matmul.peak_fraction",
+    "fp8-gemm": "gpu.efficiency.matmul.fp8_peak_fraction",
+    "attention": "gpu.efficiency.attention_forward.peak_fraction",
+    "launch": "gpu.efficiency.launch_us",
+    "host": "gpu.efficiency.host_us",
+}
+DEFAULT_FIT = ("gemm", "fp8-gemm", "attention")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="fit a hardware file to steps measured on your cluster",
+                       description=__doc__.splitlines()[0].split(": ", 1)[1],
+                       epilog=f"MEASURED.csv needs the columns {', '.join(REQUIRED)} (metric: iteration_time_s, "
+                              f"tokens_per_s_per_gpu, tflops_per_gpu or mfu); optional: {', '.join(OPTIONAL)}. "
+                              "See stageopt/validation/measured.py or the README.")
+    p.add_argument("measured", metavar="MEASURED.csv", help="one row per measured run")
+    p.add_argument("--hardware", default="h100-sxm", help="hardware preset or YAML file to start from")
+    p.add_argument("--hw-set", dest="hw_set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a hardware field for every run before fitting, e.g. scaleout.bandwidth_gbps=25 "
+                        "(kept in the written file)")
+    p.add_argument("--framework", metavar="NAME|FILE",
+                   help="software stack of rows without a framework column (default megatron-core)")
+    p.add_argument("--fit", default=",".join(DEFAULT_FIT), metavar="NAMES",
+                   help=f"comma-separated parameters to fit, of {', '.join(FIT_NAMES)} (default "
+                        f"{','.join(DEFAULT_FIT)}; fp8-gemm only where runs are FP8)")
+    p.add_argument("--out", type=Path, metavar="FILE.yaml",
+                   help="calibrated hardware file to write (default <hardware>-calibrated.yaml here)")
+    p.add_argument("--exact", action="store_true", help="refit for every held-out group (slower)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def fit_keys(text: str, runs: list[PreparedRun]) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FIT_NAMES]
+    if unknown or not names:
+        raise ConfigError(f"--fit {text!r}: unknown parameter {unknown[0] if unknown else '(none)'!r}; "
+                          f"choose from {', '.join(FIT_NAMES)}")
+    fp8 = any(p.work.plan.dtype == "fp8" for p in runs)
+    keys = [FIT_NAMES[n] for n in names if fp8 or n != "fp8-gemm"]
+    if len(runs) < len(keys) + 1:
+        raise ConfigError(f"{len(runs)} runs cannot fit {len(keys)} parameters and still test the fit; measure "
+                          f"more plans or fit fewer (e.g. --fit gemm)")
+    return keys
+
+
+def prepared_runs(args: argparse.Namespace) -> list[PreparedRun]:
+    runs = load_measured(args.measured, args.hardware, args.framework, tuple(args.hw_set))
+    out = []
+    for run in runs:
+        try:
+            out.append(prepare(run))
+        except StageoptError as err:
+            raise ConfigError(f"{run.id}: {err}") from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    report, runs, keys, loose = calibrate(args)
+    print(json.dumps(report, indent=1) if args.json else render(report, runs[0], keys, loose))
+    return 0
+
+
+def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[str], tuple[str, ...]]:
+    """Fit, hold each group out, write the file; the report (as ``--json`` prints it) and what it rests on."""
+    hardware_for(args.hardware, args.hw_set)  # a bad preset or override is named before any row is read
+    out = args.out or Path(f"{Path(args.hardware).stem}-calibrated.yaml")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out {out}: folder {str(out.parent)!r} does not exist; create it or write elsewhere")
+    runs = prepared_runs(args)
+    keys = fit_keys(args.fit, runs)
+    before = [predict(p) for p in runs]
+    whole, loose = fit_identified(runs, keys, robust=True)
+    if args.exact:
+        held = {s: np.array([c.error for c in g])
+                for s, g in leave_one_source_out(runs, start=whole.hw_set, keys=whole.keys).items()}
+    else:
+        held = held_out_errors(whole, runs)
+    held_by_row = _held_by_row(runs, held)
+    base = args.hardware
+    fitted = dict(item.split("=", 1) for item in whole.hw_set)
+    header = [f"Calibrated by 'stageopt calibrate {args.measured} --hardware {base}' to {len(runs)} measured runs.",
+              f"Fitted: {' '.join(whole.hw_set)}.",
+              f"Throughput MAPE on those runs: {mape(before):.1f}% with {base}, {mape(whole.comparisons):.1f}% "
+              f"calibrated, {_mape(held_by_row):.1f}% on each group held out of the fit."]
+    try:
+        write_calibrated_hardware(base, list(args.hw_set) + list(whole.hw_set), out, header)
+    except OSError as err:
+        raise ConfigError(f"--out {out}: cannot write it ({err.strerror}); choose a writable path") from None
+    report = {"hardware": base, "written": str(out), "fitted": fitted, "not_pinned_down": list(loose),
+              "runs": [{"id": b.run.id, "measured": b.measured, "preset": b.predicted, "calibrated": a.predicted,
+                        "preset_error": b.error, "calibrated_error": a.error, "held_out_error": h}
+                       for b, a, h in zip(before, whole.comparisons, held_by_row)],
+              "mape_preset": mape(before), "mape_calibrated": mape(whole.comparisons),
+              "mape_held_out": _mape(held_by_row),
+              "ranking": {k: {"runs": n, "rho": r, "top1_regret": g}
+                          for k, (n, r, g) in family_ranking(whole.comparisons).items()}}
+    return report, runs, keys, loose
+
+
+def _held_by_row(runs: list[PreparedRun], held: dict[str, np.ndarray]) -> list[float | None]:
+    """Each row's error under the fit that left its group out (None where no other group exists)."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in runs:
+        source = p.run.source
+        i = seen.get(source, 0)
+        seen[source] = i + 1
+        out.append(float(held[source][i]) if source in held else None)
+    return out
+
+
+def _mape(errors: list[float | None]) -> float:
+    known = [abs(e) for e in errors if e is not None]
+    return float(100 * np.mean(known)) if known else float("nan")
+
+
+def render(report: dict, first: PreparedRun, keys: list[str], loose: tuple[str, ...]) -> str:
+    lines = [f"calibrating {report['hardware']} to {len(report['runs'])} measured runs "
+             f"(each group held out of the fit in turn)",
+             f"  {'parameter':<48} {'file':>8} {'fitted':>8}"]
+    for key in keys:
+        was = _value(first, key)
+        now = report["fitted"].get(key)
+        shown = f"{float(now):>8.4g}" if now is not None else "    kept (no run is sensitive to it)"
+        lines.append(f"  {key.removeprefix('gpu.efficiency.'):<48} {was:>8.4g} {shown}")
+    width = max(len("throughput MAPE"), *(len(row["id"]) for row in report["runs"]))
+    lines.append(f"  {'run (throughput error)':<{width}} {'measured':>10} {'preset':>9} {'calibrated':>11} "
+                 f"{'held out':>9}")
+    for row in report["runs"]:
+        held = f"{100 * row['held_out_error']:+8.1f}%" if row["held_out_error"] is not None else "        -"
+        lines.append(f"  {row['id']:<{width}} {row['measured']:>10.5g} {100 * row['preset_error']:+8.1f}% "
+                     f"{100 * row['calibrated_error']:+10.1f}% {held}")
+    lines.append(f"  {'throughput MAPE':<{width}} {'':>10} {report['mape_preset']:>8.1f}% "
+                 f"{report['mape_calibrated']:>10.1f}% {report['mape_held_out']:>8.1f}%")
+    ranking = report["ranking"].values()
+    if ranking:
+        lines.append(f"  plans of one model ({len(ranking)} models with 3+ runs): Spearman rho from "
+                     f"{min(r['rho'] for r in ranking):.2f}, top-1 regret up to "
+                     f"{100 * max(r['top1_regret'] for r in ranking):.1f}%")
+    if loose:
+        lines.append(f"  not fitted (no run moves 1% across its range): {', '.join(loose)}")
+    lines.append(f"wrote {report['written']}: use it with --hardware {report['written']}")
+    return "\n".join(lines)
+
+
+def _value(run: PreparedRun, key: str) -> float:
+    obj = run.hardware
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return float(obj) if obj is not None else float("nan")

@@ -1,0 +1,118 @@
+"""``stageopt calibrate`` against measurements made by the simulator itself with a planted parameter.
+
+The ground truth is known by construction: steps priced with the BF16 GEMM
+share set to ``PLANTED`` must calibrate the preset (0.624) back to it, the
+written hardware file must reproduce every planted step, and the held-out
+figure must be as small as the in-sample one when every group agrees.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from stageopt.cli import main
+from stageopt.hardware import load_hardware
+from stageopt.sim.run import simulate_plan
+from stageopt.validation.measured import load_measured
+
+PLANTED = 0.55
+MODEL_SET = ["layers=4"]
+PLANS = ["tp=1 pp=1 dp=8 mbs=1 gbs=64 dtype=bf16", "tp=2 pp=1 dp=4 mbs=2 gbs=64 dtype=bf16",
+         "tp=4 pp=2 dp=1 mbs=1 gbs=32 dtype=bf16", "tp=8 pp=1 dp=1 mbs=4 gbs=32 dtype=bf16"]
+
+
+def _planted_csv(tmp_path, hw_set, plans=PLANS, metric="iteration_time_s"):
+    path = tmp_path / "measured.csv"
+    times = []
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["id", "model", "set", "plan", "metric", "value", "group"])
+        for i, plan in enumerate(plans):
+            _, est = simulate_plan("llama3-8b", plan, None, model_set=MODEL_SET, hw_set=hw_set)
+            times.append(est.iteration_time_s)
+            value = est.iteration_time_s if metric == "iteration_time_s" else est.tokens_per_s / 8
+            out.writerow([f"run{i}", "llama3-8b", " ".join(MODEL_SET), plan, metric, f"{value:.9g}", f"g{i % 2}"])
+    return path, times
+
+
+def test_recovers_a_planted_gemm_share_and_writes_a_file_that_reproduces_the_steps(tmp_path, capsys):
+    measured, times = _planted_csv(tmp_path, [f"gpu.efficiency.matmul.peak_fraction={PLANTED}"])
+    out = tmp_path / "cluster.yaml"
+    assert main(["calibrate", str(measured), "--fit", "gemm", "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert float(report["fitted"]["gpu.efficiency.matmul.peak_fraction"]) == pytest.approx(PLANTED, abs=0.002)
+    assert report["mape_preset"] > 3.0  # the preset's 0.624 prices these steps visibly fast
+    assert report["mape_calibrated"] < 0.3 and report["mape_held_out"] < 0.3
+    hw = load_hardware(out)
+    assert hw.gpu.efficiency.matmul.peak_fraction == pytest.approx(PLANTED, abs=0.002)
+    assert hw.name == "cluster"
+    for plan, t in zip(PLANS, times):
+        _, est = simulate_plan("llama3-8b", plan, None, model_set=MODEL_SET, hardware=str(out))
+        assert est.iteration_time_s == pytest.approx(t, rel=0.005)
+
+
+def test_a_parameter_no_run_is_sensitive_to_keeps_the_files_value(tmp_path, capsys):
+    """A 70B layer's kernels all run far longer than any host dispatch time: host_us is not measured by them."""
+    plans = ["tp=1 pp=1 dp=8 mbs=2 gbs=64 dtype=bf16", "tp=2 pp=1 dp=4 mbs=2 gbs=64 dtype=bf16",
+             "tp=1 pp=2 dp=4 mbs=1 gbs=64 dtype=bf16", "tp=2 pp=2 dp=2 mbs=4 gbs=64 dtype=bf16"]
+    path = tmp_path / "measured.csv"
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["model", "set", "plan", "metric", "value"])
+        for plan in plans:
+            _, est = simulate_plan("llama3-70b", plan, None, model_set=["layers=2"])
+            out.writerow(["llama3-70b", "layers=2", plan, "tokens_per_s_per_gpu", f"{0.9 * est.tokens_per_s / 8:.9g}"])
+    written = tmp_path / "h.yaml"
+    assert main(["calibrate", str(path), "--fit", "gemm,host", "--out", str(written), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["not_pinned_down"] == ["gpu.efficiency.host_us"]
+    assert load_hardware(written).gpu.efficiency.host_us == load_hardware("h100-sxm").gpu.efficiency.host_us
+
+
+def test_measured_rows_take_their_gpus_from_the_plan_and_are_their_own_group(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("model,plan,metric,value,hw_set\n"
+                    "llama3-8b,tp=2 pp=2 dp=4 mbs=1 gbs=32,tokens_per_s_per_gpu,1000,scaleout.bandwidth_gbps=25\n")
+    (run,) = load_measured(path, "h100-sxm", "torchtitan", ("node.bandwidth_gbps=400",))
+    assert run.gpus == 16 and run.source == run.id == "row 1" and run.framework == "torchtitan"
+    assert run.hw_set == ("node.bandwidth_gbps=400", "scaleout.bandwidth_gbps=25")
+
+
+@pytest.mark.parametrize("text, args, says", [
+    ("model,plan,value\nllama3-8b,tp=1 dp=8,1\n", [], "column 'metric' missing"),
+    ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,seconds,1\n", [], "metric 'seconds' unknown"),
+    ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,mfu,-2\n", [], "value must be positive"),
+    ("model,plan,metric,value,speed\nllama3-8b,tp=1 dp=8,mfu,40,1\n", [], "unknown column 'speed'"),
+    ("model,plan,metric,value\nllama3-8b,tp=3 dp=8 mbs=1,iteration_time_s,1\n", [], "row 1:"),
+    ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,iteration_time_s,1\n", ["--fit", "gemm"], "1 runs cannot fit"),
+    ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,iteration_time_s,1\n", ["--fit", "gem"], "unknown parameter 'gem'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, text, args, says):
+    path = tmp_path / "m.csv"
+    path.write_text(text)
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "x.yaml"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_a_missing_file_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["calibrate", str(tmp_path / "none.csv")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--hardware", "h100-sxn"], "unknown hardware preset 'h100-sxn'"),
+    (["--hw-set", "gpu.nonsense=1"], "gpu.nonsense"),
+    (["--out", "no/such/folder/x.yaml"], "does not exist"),
+])
+def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, args, says):
+    path = tmp_path / "m.csv"
+    path.write_text("model,plan,metric,value\nllama3-8b,tp=1 dp=8,iteration_time_s,1\n"
+                    "llama3-8b,tp=2 dp=4,iteration_time_s,1\n")
+    assert main(["calibrate", str(path), "--fit", "gemm", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err
