@@ -60,10 +60,7 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
                              f"divisible by pp={plan.pp}; raise gbs or change mbs")
     if plan.schedule == "interleaved" and plan.pp == 1:
         raise InfeasiblePlan("plan: schedule=interleaved needs pp > 1; use schedule=1f1b")
-    _check_schedule(plan)
-    if plan.zero > 0 and plan.dp * plan.cp == 1:
-        raise InfeasiblePlan(f"plan: zero={plan.zero} shards over data and context parallelism, but "
-                             f"dp={plan.dp} cp={plan.cp}; set zero=0 or raise dp")
+    _check_schedule(plan)  # zero>0 with dp*cp = 1 is accepted, as Megatron-Core accepts it: one shard, no sharding
 
 
 def _check_experts(plan: Plan, model: ModelSpec) -> None:
