@@ -6,8 +6,8 @@ Usage: STAGEOPT_ASTRA_SIM=/path/to/AstraSim_Analytical_Congestion_Unaware \\
 Every number comes from ``stageopt.sim.run.simulate_plan``, the path ``stageopt
 simulate`` takes, for the plans in ``agreement_matrix.yaml``. Columns:
 ASTRA-sim congestion-unaware; the replay under ASTRA-sim's rules (one
-communication slot, ``--dp-stream shared``, and whole TP collectives,
-``tp_overlap=off`` in the plan: the trace is the same either way) and as it
+communication slot and whole TP collectives after the GEMMs, chunked where the
+plan's userbuffer overlap chunks them: ``--dp-stream shared``) and as it
 runs by default; analytical; ASTRA-sim congestion-aware where the network is
 1-D (one scale-up domain). Differences are relative to ASTRA-sim unaware. The notes
 column lists the by-design differences the astra-sim backend names for the
@@ -48,8 +48,7 @@ def measure(row: dict, timeout_s: float) -> dict:
     out["astra_s"], out["astra_wall_s"] = astra.iteration_time_s, time.perf_counter() - start
     out["notes"] = _short(astra.details["notes"])
     out["exit_fault"] = astra.details["known_exit_fault"]
-    _, shared = simulate_plan(row["model"], f"{row['plan']} tp_overlap=off", row["gpus"],
-                              simulator=ReplaySimulator(dp_stream="shared"))
+    _, shared = simulate_plan(*args, simulator=ReplaySimulator(dp_stream="shared"))
     _, replay = simulate_plan(*args, simulator=ReplaySimulator())
     _, analytical = simulate_plan(*args)
     out["replay_shared_s"], out["replay_s"], out["analytical_s"] = (

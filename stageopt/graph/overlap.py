@@ -26,6 +26,23 @@ PARTNER_KIND = {"tp": "matmul", "cp": "attention"}
 SHARED_REGION = "shared_expert"
 
 
+# Transformer Engine's userbuffer overlap runs the GEMM it pipelines as chunks (module/base.py, initialize_ub):
+# the ring-exchange all-gather (QKV and FC1 forward, output projection and FC2 data gradients) as one GEMM per
+# arriving chunk, tp of them; the forward reduce-scatter (output projection, FC2) with the ``pipeline`` method's
+# default ``num_splits`` of 4; the backward reduce-scatters overlap a whole GEMM in bulk. Weight gradients are
+# never split.
+PIPELINE_SPLITS = 4
+
+
+def userbuffer_chunks(kind: str, phase: str, tp):
+    """How many GEMMs a TP collective's userbuffer overlap splits its partner GEMM into (1: not split)."""
+    if kind == "all_gather":
+        return tp
+    if kind == "reduce_scatter" and phase in ("fwd", "recompute"):
+        return PIPELINE_SPLITS
+    return 1
+
+
 def overlap_partners(ops: Sequence[Op]) -> dict[int, tuple[int, ...]]:
     """For each TP (and CP) all-gather / reduce-scatter (by position in ``ops``): its partner kernels' positions.
 

@@ -151,3 +151,31 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
                           where=flops.sum(axis=0) > 0)
         times[idx] = together * share
     return times
+
+
+def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chunks=1, attention_kernel: str = "best",
+                           wgrad_store_bytes: float | None = None) -> np.ndarray:
+    """:func:`grouped_kernel_seconds` with each GEMM run as ``chunks`` GEMMs of 1/chunks of its rows.
+
+    Transformer Engine's userbuffer overlap runs the GEMM it pipelines so, one chunk per piece of
+    communication (:func:`stageopt.graph.overlap.userbuffer_chunks`). Each chunk fills its own waves
+    and stores its own output tiles, but the chunks go to several compute streams (its
+    ``num_max_streams``), so their fixed costs overlap: a fused GEMM still pays one launch, which its
+    members share as they share its time. ``chunks`` broadcasts against the kernels' arrays.
+    """
+    chunks = np.asarray(chunks, dtype=float)
+    scaled = Kernels(code=kern.code, flops=np.asarray(kern.flops) / chunks, nbytes=np.asarray(kern.nbytes) / chunks,
+                     m=np.asarray(kern.m) / chunks, n=kern.n, k=kern.k, batch=kern.batch, precision=kern.precision,
+                     backward=kern.backward, count=kern.count)
+    times = chunks * grouped_kernel_seconds(hw, dtype, scaled, groups, attention_kernel,
+                                            wgrad_store_bytes=wgrad_store_bytes)
+    flops = np.broadcast_to(np.asarray(kern.flops, dtype=float), np.shape(times))
+    groups = np.asarray(groups)
+    share = np.ones_like(times)
+    for label in np.unique(groups[groups >= 0]):
+        idx = np.flatnonzero(groups == label)
+        total = flops[idx].sum(axis=0)
+        share[idx] = np.divide(flops[idx], total, out=np.full_like(flops[idx], 1.0 / len(idx)), where=total > 0)
+    gemm = np.asarray(kern.code) == KERNEL_CODES["matmul"]
+    launch = hw.gpu.efficiency.launch_us * 1e-6
+    return times - np.where(gemm, (chunks - 1) * launch * share, 0.0)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from stageopt.graph.overlap import userbuffer_chunks
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seconds
+from stageopt.hardware.kernels import KERNEL_CODES, Kernels, chunked_kernel_seconds
 from stageopt.hardware.network import collective_time, exposed_beside_gemm, exposed_under_gemm, pipeline_message_time
 from stageopt.parallel.ranks import group_stride
 
@@ -22,28 +23,52 @@ from stageopt.program.nodes import COLL, COMP, COPY, SEND, StageProgram
 from stageopt.workload import Workload
 
 
+def kernel_durations(comp: list, plan, hw: Hardware, chunks: int = 1) -> np.ndarray:
+    """Seconds of compute nodes, each GEMM run as ``chunks`` GEMMs of 1/chunks of its rows (userbuffer overlap)."""
+    shape = np.array([n.gemm for n in comp], dtype=float).T
+    return chunked_kernel_seconds(hw, plan.dtype, Kernels(
+        code=np.array([KERNEL_CODES[n.kernel] for n in comp]),
+        flops=np.array([n.num_ops for n in comp], dtype=float),
+        nbytes=np.array([n.tensor_size for n in comp], dtype=float),
+        m=shape[0], n=shape[1], k=shape[2], batch=shape[3],
+        precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
+        count=np.array([n.launches for n in comp])),
+        np.array([n.gemm_group for n in comp]), chunks, plan.framework.attention_kernel,
+        wgrad_store_bytes=plan.wgrad_store_bytes)
+
+
+def userbuffer_partners(nodes, tp: int) -> dict[int, list[int]]:
+    """GEMM node ids that TP userbuffer overlap splits, by how many GEMMs each becomes
+    (:func:`stageopt.graph.overlap.userbuffer_chunks`; weight gradients never; each GEMM once)."""
+    out: dict[int, list[int]] = {}
+    charged: set[int] = set()
+    for n in nodes:
+        if n.type != COLL or n.group != "tp" or not n.overlap:
+            continue
+        chunks = userbuffer_chunks(n.collective, n.phase, tp)
+        partners = [j for j in n.overlap if not nodes[j].wgrad and j not in charged]
+        if chunks > 1 and partners:
+            charged.update(partners)
+            out.setdefault(chunks, []).extend(partners)
+    return out
+
+
 def node_durations(program: StageProgram, work: Workload, hw: Hardware, tp_async: bool = True) -> np.ndarray:
     """Busy time of every node of a stage program, in seconds.
 
-    ``tp_async``: price the backward TP collectives the stack issues beside a GEMM by what the GEMM leaves
-    exposed (False: whole, ASTRA-sim's rule, which runs every collective in full).
+    ``tp_async``: price the TP collectives the stack overlaps with GEMMs (userbuffer overlap, the backward
+    collectives issued beside a GEMM) by what those GEMMs leave exposed (False: whole after the (chunked)
+    GEMMs, ASTRA-sim's rule, which runs every collective in full).
     """
     plan = work.plan
     nodes = program.nodes
     out = np.zeros(len(nodes))
     comp = [n for n in nodes if n.type == COMP]
     if comp:
-        idx = np.array([n.id for n in comp])
-        shape = np.array([n.gemm for n in comp], dtype=float).T
-        out[idx] = grouped_kernel_seconds(hw, plan.dtype, Kernels(
-            code=np.array([KERNEL_CODES[n.kernel] for n in comp]),
-            flops=np.array([n.num_ops for n in comp], dtype=float),
-            nbytes=np.array([n.tensor_size for n in comp], dtype=float),
-            m=shape[0], n=shape[1], k=shape[2], batch=shape[3],
-            precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
-            count=np.array([n.launches for n in comp])),
-            np.array([n.gemm_group for n in comp]), plan.framework.attention_kernel,
-            wgrad_store_bytes=plan.wgrad_store_bytes)
+        out[[n.id for n in comp]] = kernel_durations(comp, plan, hw)
+    if plan.tp_overlap:
+        for chunks, partners in userbuffer_partners(nodes, plan.tp).items():
+            out[partners] = np.maximum(out[partners], kernel_durations([nodes[j] for j in partners], plan, hw, chunks))
     by_kind: dict[tuple[str, str, int], list] = {}
     for n in nodes:
         if n.type == COLL:
@@ -57,7 +82,7 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware, tp_async
         out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group), copies,
                                              routing)
     for n in nodes:  # TP userbuffer overlap; ring (p2p) context parallelism under its attention blocks
-        if n.type == COLL and n.overlap and ((n.group == "tp" and plan.tp_overlap)
+        if n.type == COLL and n.overlap and ((n.group == "tp" and plan.tp_overlap and tp_async)
                                              or (n.group == "cp" and plan.cp_comm in RING_COMMS)):
             chunks = plan.tp if n.group == "tp" else plan.cp // plan.cpa  # the ring's ranks
             out[n.id] = exposed_under_gemm(out[n.id], out[list(n.overlap)].sum(), chunks)

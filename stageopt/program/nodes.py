@@ -57,6 +57,7 @@ class ProgramNode:
     overlap: tuple[int, ...] = ()  # coll: ids of the GEMM nodes it pipelines with (TP overlap)
     async_overlap: tuple[int, ...] = ()  # coll: id of the GEMM node it runs beside when issued asynchronously
     gemm_group: int = -1  # comp: label of its fused GEMM (graph.fusion.group_label of a node id; -1: none)
+    wgrad: bool = False  # comp: a weight-gradient GEMM (never split by userbuffer overlap)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ import numpy as np
 
 from stageopt.graph.block import arch_of
 from stageopt.graph.compile import compile_block, compile_op_table
+from stageopt.graph.overlap import userbuffer_chunks
 from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
-from stageopt.hardware.kernels import KERNEL_CODES, Kernels, grouped_kernel_seconds
+from stageopt.hardware.kernels import KERNEL_CODES, Kernels, chunked_kernel_seconds
 from stageopt.hardware.network import collective_time, exposed_beside_gemm, exposed_under_gemm
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
@@ -30,12 +31,17 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
     rows = table.evaluate(values, n)
-    times = grouped_kernel_seconds(hw, proto.dtype, Kernels(
-        code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
-        flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
-        precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
-        count=table.launches[:, None]), table.groups, proto.framework.attention_kernel,
-        wgrad_store_bytes=proto.wgrad_store_bytes)
+
+    def priced(chunks=1.0):
+        """Every op's seconds, each GEMM run as ``chunks`` GEMMs of 1/chunks of its rows (userbuffer overlap)."""
+        return chunked_kernel_seconds(hw, proto.dtype, Kernels(
+            code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
+            flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
+            precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
+            count=table.launches[:, None]), table.groups, chunks, proto.framework.attention_kernel,
+            wgrad_store_bytes=proto.wgrad_store_bytes)
+
+    times = priced()
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
     cost["wgrad"] = times[table.wgrad].sum(axis=0) if table.wgrad is not None else np.zeros(n)  # part of bwd
@@ -43,12 +49,20 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
         params = agg["local_dense"] + agg["local_expert"]
         staged = np.where(params > 0, hw.gpu.vector_time_s(proto.grad_cast_add_bytes * params), 0.0)
         cost["bwd"], cost["wgrad"] = cost["bwd"] + staged, cost["wgrad"] + staged
+    _collective_costs(cost, model, hw, proto, c, block, times, UserbufferChunks(priced, times, table, c["tp"]))
+    return cost
+
+
+def _collective_costs(cost: dict, model: ModelSpec, hw: Hardware, proto: Plan, c: dict, block, times: np.ndarray,
+                      chunked: "UserbufferChunks") -> None:
+    """Add each block collective's exposed seconds (``comm_<axis>``, their forward share ``comm_fwd``) to
+    ``cost``, and to its compute what userbuffer chunking adds to the GEMMs it pipelines."""
+    n, agg = len(c["tp"]), cost["agg"]
     cost["comm_fwd"] = np.zeros(n)  # forward-phase share of the comm_* times below
     cost["ep_fwd"] = np.zeros(n)  # forward-phase share of comm_ep
     # "cp" is the ring part of hierarchical CP (all of cp otherwise), "cpa" its all-to-all part inside it
     degree = {"tp": c["tp"], "cp": c["cp"] / c["cpa"], "ep": c["ep"], "cpa": c["cpa"]}
-    stride = {"tp": np.ones(n), "cp": c["tp"] * c["cpa"], "ep": c["etp"],
-              "cpa": c["tp"]}
+    stride = {"tp": np.ones(n), "cp": c["tp"] * c["cpa"], "ep": c["etp"], "cpa": c["tp"]}
     for axis in ("tp", "cp", "ep", "cpa"):
         cost[f"comm_{axis}"] = np.zeros(n)
     groups: dict[tuple[str, str], list] = {}
@@ -62,10 +76,13 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
                                (model.router_groups, model.router_group_topk))
         for i, cs in enumerate(members):
             pipelined = np.zeros(n, dtype=bool)
-            if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared experts
-                hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0), degree[axis])
+            if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared
                 pipelined = np.broadcast_to({"tp": c["tp_overlap"], "cp": c["cp_ring"]}.get(axis, c["moe_overlap"]),
                                             (n,))
+                extra = np.where(pipelined, chunked.extra(cs), 0.0) if axis == "tp" else 0.0
+                phase = "fwd" if cs.phase == "fwd" else "bwd"  # recompute runs inside the backward
+                cost[phase] = cost[phase] + extra
+                hidden = exposed_under_gemm(comm[i], times[list(cs.hides)].sum(axis=0) + extra, degree[axis])
                 comm[i] = np.where(pipelined, hidden, comm[i])
             if cs.async_hides and proto.framework.tp_async_backward:  # issued beside one GEMM on its own stream
                 beside = exposed_beside_gemm(comm[i], times[list(cs.async_hides)].sum(axis=0))
@@ -75,5 +92,25 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
                 cost["ep_fwd"] = cost["ep_fwd"] + (comm[i] if axis == "ep" else 0.0)
         cost[f"comm_{axis}"] = cost[f"comm_{axis}"] + comm.sum(axis=0)
     cost["comm_cp"] = cost["comm_cp"] + cost.pop("comm_cpa")  # both parts of CP are CP communication
-    return cost
 
+
+class UserbufferChunks:
+    """What userbuffer overlap adds to the GEMMs it pipelines: each runs as several smaller GEMMs
+    (:func:`stageopt.graph.overlap.userbuffer_chunks`), which fill fewer waves and pay their fixed cost each
+    time, priced by the one kernel model. Each GEMM is charged once, by the first collective it pairs with."""
+
+    def __init__(self, priced, times: np.ndarray, table, tp: np.ndarray):
+        self._priced, self._times, self._tp = priced, times, np.asarray(tp, dtype=float)
+        self._wgrad = table.wgrad if table.wgrad is not None else np.zeros(len(times), dtype=bool)
+        self._by_chunks: dict[object, np.ndarray] = {}
+        self._charged: set[int] = set()
+
+    def extra(self, cs) -> np.ndarray | float:
+        chunks = userbuffer_chunks(cs.kind, cs.phase, "tp")
+        rows = [j for j in cs.hides if not self._wgrad[j] and j not in self._charged]
+        if chunks == 1 or not rows:
+            return 0.0
+        self._charged.update(rows)
+        if chunks not in self._by_chunks:
+            self._by_chunks[chunks] = self._priced(self._tp[None, :] if chunks == "tp" else float(chunks))
+        return np.maximum(self._by_chunks[chunks][rows].sum(axis=0) - self._times[rows].sum(axis=0), 0.0)

@@ -21,8 +21,8 @@ DP_STREAM = ("data-parallel collectives (gradient buckets, ZeRO-3 gathers and sc
              "stream as Megatron-LM and FSDP do, slowing the kernels beside them (gpu.efficiency.overlap_slowdown) "
              "(--backend replay --dp-stream shared uses ASTRA-sim's rule)")
 TP_OVERLAP = ("TP communication overlapped with GEMMs (tp_overlap=on): replay and analytical keep only the part of "
-              "each TP collective that the chunked GEMMs cannot hide; ASTRA-sim runs whole collectives (replay "
-              "reproduces it with tp_overlap=off in the plan and --dp-stream shared)")
+              "each TP collective that the chunked GEMMs cannot hide; ASTRA-sim runs the chunked GEMMs, then whole "
+              "collectives (--backend replay --dp-stream shared uses ASTRA-sim's rule)")
 TP_ASYNC = ("backward TP collectives issued beside a GEMM (the stack's tp_async_backward, tp_overlap=off): replay "
             "and analytical keep only what the GEMM leaves exposed; ASTRA-sim runs them whole (--backend replay "
             "--dp-stream shared uses ASTRA-sim's rule)")

@@ -65,8 +65,8 @@ def test_a_change_to_the_kernel_model_reaches_the_traces(tmp_path: Path, monkeyp
     work = workload_for("llama3-8b", "tp=2 mbs=1 gbs=2", 2, model_set=SMALL)
     hw = load_hardware("h100-sxm")
     generate(work, hw, tmp_path / "base")
-    real = durations_module.grouped_kernel_seconds
-    monkeypatch.setattr(durations_module, "grouped_kernel_seconds", lambda *a, **k: 3 * real(*a, **k))
+    real = durations_module.chunked_kernel_seconds
+    monkeypatch.setattr(durations_module, "chunked_kernel_seconds", lambda *a, **k: 3 * real(*a, **k))
     generate(work, hw, tmp_path / "slow")
     base = sum(_comp_durations(tmp_path / "base" / "workload.0.et"))
     slow = sum(_comp_durations(tmp_path / "slow" / "workload.0.et"))
