@@ -118,10 +118,22 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
                         "preset_error": b.error, "calibrated_error": a.error, "held_out_error": h}
                        for b, a, h in zip(before, whole.comparisons, held_by_row)],
               "mape_preset": mape(before), "mape_calibrated": mape(whole.comparisons),
-              "mape_held_out": _mape(held_by_row),
+              "mape_held_out": _mape(held_by_row), "at_bound": _at_bound(whole),
               "ranking": {k: {"runs": n, "rho": r, "top1_regret": g}
                           for k, (n, r, g) in family_ranking(whole.comparisons).items()}}
     return report, runs, keys, loose
+
+
+def _at_bound(whole) -> dict[str, str]:
+    """Fitted parameters pressed against an end of their physical range: the runs want them past it, which
+    is a term the model lacks, not a value to trust."""
+    lo, hi = whole.bounds
+    out = {}
+    for key, x, low, high in zip(whole.keys, whole.x, lo, hi):
+        margin = 1e-3 * (high - low)
+        if x - low < margin or high - x < margin:
+            out[key] = "lower" if x - low < margin else "upper"
+    return out
 
 
 def _held_by_row(runs: list[PreparedRun], held: dict[str, np.ndarray]) -> list[float | None]:
@@ -166,6 +178,9 @@ def render(report: dict, first: PreparedRun, keys: list[str], loose: tuple[str, 
                      f"{100 * max(r['top1_regret'] for r in ranking):.1f}%")
     if loose:
         lines.append(f"  not fitted (no run moves 1% across its range): {', '.join(loose)}")
+    if report["at_bound"]:
+        ends = ", ".join(f"{k.removeprefix('gpu.efficiency.')} ({side})" for k, side in report["at_bound"].items())
+        lines.append(f"  at an end of its physical range (the runs want it past: a term the model lacks): {ends}")
     lines.append(f"wrote {report['written']}: use it with --hardware {report['written']}")
     return "\n".join(lines)
 

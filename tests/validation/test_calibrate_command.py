@@ -116,3 +116,18 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, args, says):
     assert main(["calibrate", str(path), "--fit", "gemm", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
+
+
+def test_a_fit_pressed_against_its_physical_range_is_named(tmp_path, capsys):
+    """Steps 40% slower than the lowest GEMM share allowed (0.55) prices them: the fit stops at the bound and
+    the report says the runs want past it, rather than presenting 0.55 as a measurement."""
+    measured, _ = _planted_csv(tmp_path, ["gpu.efficiency.matmul.peak_fraction=0.55"])
+    rows = list(csv.DictReader(open(measured)))
+    with open(measured, "w", newline="") as fh:
+        out = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        out.writeheader()
+        out.writerows({**r, "value": f"{1.4 * float(r['value']):.9g}"} for r in rows)
+    assert main(["calibrate", str(measured), "--fit", "gemm", "--out", str(tmp_path / "h.yaml"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["at_bound"] == {"gpu.efficiency.matmul.peak_fraction": "lower"}
+    assert float(report["fitted"]["gpu.efficiency.matmul.peak_fraction"]) == pytest.approx(0.55, abs=1e-3)
