@@ -32,9 +32,12 @@ Columns (a header row is required; order is free):
 from __future__ import annotations
 
 import csv
+import io
+import math
 from pathlib import Path
 
 from stageopt.errors import ConfigError, StageoptError
+from stageopt.inputs.gate import read_text, shorten
 from stageopt.parallel.plan import Plan
 from stageopt.validation.flops import FORMULAS
 from stageopt.validation.runs import METRICS, PublishedRun
@@ -50,11 +53,12 @@ def load_measured(path: Path | str, hardware: str, framework: str | None = None,
     ``hw_set`` applies to every row, before each row's own ``hw_set`` column.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"measurements file {str(path)!r} not found; give a CSV with columns "
                           f"{', '.join(REQUIRED)} (see 'stageopt calibrate --help')")
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
+    text = read_text(path, "measurements file")  # the input gate: strict UTF-8 (BOM allowed), at most 1 MiB
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         header = [name.strip() for name in reader.fieldnames or []]
         missing = [c for c in REQUIRED if c not in header]
         if missing:
@@ -65,6 +69,8 @@ def load_measured(path: Path | str, hardware: str, framework: str | None = None,
             raise ConfigError(f"{path.name}: unknown column {unknown[0]!r}; columns are "
                               f"{', '.join(REQUIRED + OPTIONAL)}")
         rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
+    except csv.Error as err:
+        raise ConfigError(f"{path.name}: not a readable CSV ({err}); write one run per line, comma-separated") from None
     if not rows:
         raise ConfigError(f"{path.name}: no measurements below the header; add one row per measured run")
     return [_run(row, n, path.name, hardware, framework, hw_set) for n, row in enumerate(rows, start=2)]
@@ -97,9 +103,9 @@ def _positive(text: str, column: str, where: str) -> float:
     try:
         number = float(text)
     except ValueError:
-        raise ConfigError(f"{where}: {column} {text!r} is not a number") from None
-    if not number > 0:
-        raise ConfigError(f"{where}: {column} must be positive, got {text}")
+        raise ConfigError(f"{where}: {column} {shorten(text)} is not a number") from None
+    if not (number > 0 and math.isfinite(number)):
+        raise ConfigError(f"{where}: {column} must be a positive finite number, got {shorten(text)}")
     return number
 
 

@@ -12,6 +12,8 @@ import csv
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stageopt.cli import main
 from stageopt.hardware import load_hardware
@@ -84,7 +86,8 @@ def test_measured_rows_take_their_gpus_from_the_plan_and_are_their_own_group(tmp
 @pytest.mark.parametrize("text, args, says", [
     ("model,plan,value\nllama3-8b,tp=1 dp=8,1\n", [], "column 'metric' missing"),
     ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,seconds,1\n", [], "metric 'seconds' unknown"),
-    ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,mfu,-2\n", [], "value must be positive"),
+    ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,mfu,-2\n", [], "value must be a positive finite number"),
+    ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,mfu,inf\n", [], "value must be a positive finite number"),
     ("model,plan,metric,value,speed\nllama3-8b,tp=1 dp=8,mfu,40,1\n", [], "unknown column 'speed'"),
     ("model,plan,metric,value\nllama3-8b,tp=3 dp=8 mbs=1,iteration_time_s,1\n", [], "row 1:"),
     ("model,plan,metric,value\nllama3-8b,tp=1 dp=8,iteration_time_s,1\n", ["--fit", "gemm"], "1 runs cannot fit"),
@@ -97,6 +100,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, text, args, says):
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err and "Traceback" not in err
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_the_file_goes_through_the_input_gate(tmp_path, capsys):
+    """A UTF-8 byte-order mark is fine (spreadsheets write one); UTF-16 and binary files get a named refusal."""
+    text = "model,plan,metric,value\nllama3-8b,tp=1 dp=8,iteration_time_s,1\nllama3-8b,tp=2 dp=4,iteration_time_s,1\n"
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert len(load_measured(path, "h100-sxm")) == 2
+    path.write_bytes(text.encode("utf-16"))
+    assert main(["calibrate", str(path), "--fit", "gemm"]) == 2
+    assert "UTF-16" in capsys.readouterr().err
 
 
 def test_a_missing_file_is_one_line_and_exit_2(tmp_path, capsys):
@@ -131,3 +145,13 @@ def test_a_fit_pressed_against_its_physical_range_is_named(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["at_bound"] == {"gpu.efficiency.matmul.peak_fraction": "lower"}
     assert float(report["fitted"]["gpu.efficiency.matmul.peak_fraction"]) == pytest.approx(0.55, abs=1e-3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300))
+def test_random_bytes_never_give_a_traceback(tmp_path, capsys, data):
+    path = tmp_path / "junk.csv"
+    path.write_bytes(b"model,plan,metric,value\n" + data)
+    code = main(["calibrate", str(path), "--fit", "gemm", "--out", str(tmp_path / "j.yaml")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "Traceback" not in err
