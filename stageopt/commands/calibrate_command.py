@@ -99,7 +99,7 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
     whole, loose = fit_identified(runs, keys, robust=True)
     if args.exact:
         held = {s: np.array([c.error for c in g])
-                for s, g in leave_one_source_out(runs, start=whole.hw_set, keys=whole.keys).items()}
+                for s, g in leave_one_source_out(runs, start=whole.hw_set, keys=whole.keys, robust=True).items()}
     else:
         held = held_out_errors(whole, runs)
     held_by_row = _held_by_row(runs, held)
@@ -108,7 +108,7 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
     header = [f"Calibrated by 'stageopt calibrate {args.measured} --hardware {base}' to {len(runs)} measured runs.",
               f"Fitted: {' '.join(whole.hw_set)}.",
               f"Throughput MAPE on those runs: {mape(before):.1f}% with {base}, {mape(whole.comparisons):.1f}% "
-              f"calibrated, {_mape(held_by_row):.1f}% on each group held out of the fit."]
+              f"calibrated, {_percent(_mape(held_by_row))} on each group held out of the fit."]
     try:
         write_calibrated_hardware(base, list(args.hw_set) + list(whole.hw_set), out, header)
     except OSError as err:
@@ -148,9 +148,10 @@ def _held_by_row(runs: list[PreparedRun], held: dict[str, np.ndarray]) -> list[f
     return out
 
 
-def _mape(errors: list[float | None]) -> float:
+def _mape(errors: list[float | None]) -> float | None:
+    """MAPE in percent of the known errors; None where no run could be held out (one group)."""
     known = [abs(e) for e in errors if e is not None]
-    return float(100 * np.mean(known)) if known else float("nan")
+    return float(100 * np.mean(known)) if known else None
 
 
 def render(report: dict, first: PreparedRun, keys: list[str], loose: tuple[str, ...]) -> str:
@@ -170,7 +171,7 @@ def render(report: dict, first: PreparedRun, keys: list[str], loose: tuple[str, 
         lines.append(f"  {row['id']:<{width}} {row['measured']:>10.5g} {100 * row['preset_error']:+8.1f}% "
                      f"{100 * row['calibrated_error']:+10.1f}% {held}")
     lines.append(f"  {'throughput MAPE':<{width}} {'':>10} {report['mape_preset']:>8.1f}% "
-                 f"{report['mape_calibrated']:>10.1f}% {report['mape_held_out']:>8.1f}%")
+                 f"{report['mape_calibrated']:>10.1f}% {_percent(report['mape_held_out']):>9}")
     ranking = report["ranking"].values()
     if ranking:
         lines.append(f"  plans of one model ({len(ranking)} models with 3+ runs): Spearman rho from "
@@ -183,6 +184,10 @@ def render(report: dict, first: PreparedRun, keys: list[str], loose: tuple[str, 
         lines.append(f"  at an end of its physical range (the runs want it past: a term the model lacks): {ends}")
     lines.append(f"wrote {report['written']}: use it with --hardware {report['written']}")
     return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1f}%" if value is not None else "- (one group: nothing to hold out)"
 
 
 def _value(run: PreparedRun, key: str) -> float:

@@ -228,7 +228,7 @@ def held_out_errors(whole: Fit, runs: Sequence[PreparedRun]) -> dict[str, np.nda
 
 
 def leave_one_source_out(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] = (),
-                         keys: Sequence[str] | None = None) -> dict[str, tuple[Comparison, ...]]:
+                         keys: Sequence[str] | None = None, robust: bool = False) -> dict[str, tuple[Comparison, ...]]:
     """For each source: the comparisons on its rows from a fit (of ``keys``) to every other source's rows."""
     out = {}
     for source in sorted({p.run.source for p in runs}):
@@ -236,6 +236,6 @@ def leave_one_source_out(runs: Sequence[PreparedRun], max_evals: int = 20, start
         if not rest:
             continue
         held = [p for p in runs if p.run.source == source]
-        sets = fit(rest, max_evals, start, keys).hw_set
+        sets = fit(rest, max_evals, start, keys, robust).hw_set
         out[source] = tuple(predict(p, sets) for p in held)
     return out
