@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from stageopt.errors import ConfigError, StageoptError
-from stageopt.sim.run import hardware_for
-from stageopt.validation.calibrate import fit_identified, held_out_errors, leave_one_source_out
-from stageopt.validation.calibrated_file import write_calibrated_hardware
-from stageopt.validation.compare import PreparedRun, family_ranking, mape, predict, prepare
-from stageopt.validation.measured import OPTIONAL, REQUIRED, load_measured
+from stageopt.inputs.measured_columns import OPTIONAL, REQUIRED
+
+if TYPE_CHECKING:  # the fit imports scipy and the simulators: only when the command runs, not at CLI start
+    from stageopt.validation.compare import PreparedRun
 
 FIT_NAMES = {
     "gemm": "gpu.efficiency.matmul.peak_fraction",
@@ -71,6 +69,9 @@ def fit_keys(text: str, runs: list[PreparedRun]) -> list[str]:
 
 
 def prepared_runs(args: argparse.Namespace) -> list[PreparedRun]:
+    from stageopt.validation.compare import prepare
+    from stageopt.validation.measured import load_measured
+
     runs = load_measured(args.measured, args.hardware, args.framework, tuple(args.hw_set))
     out = []
     for run in runs:
@@ -89,6 +90,13 @@ def run(args: argparse.Namespace) -> int:
 
 def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[str], tuple[str, ...]]:
     """Fit, hold each group out, write the file; the report (as ``--json`` prints it) and what it rests on."""
+    import numpy as np
+
+    from stageopt.sim.run import hardware_for
+    from stageopt.validation.calibrate import fit_identified, held_out_errors, leave_one_source_out
+    from stageopt.validation.calibrated_file import write_calibrated_hardware
+    from stageopt.validation.compare import family_ranking, mape, predict
+
     hardware_for(args.hardware, args.hw_set)  # a bad preset or override is named before any row is read
     out = args.out or Path(f"{Path(args.hardware).stem}-calibrated.yaml")
     if not out.parent.is_dir():
@@ -136,7 +144,7 @@ def _at_bound(whole) -> dict[str, str]:
     return out
 
 
-def _held_by_row(runs: list[PreparedRun], held: dict[str, np.ndarray]) -> list[float | None]:
+def _held_by_row(runs: list[PreparedRun], held: dict) -> list[float | None]:
     """Each row's error under the fit that left its group out (None where no other group exists)."""
     seen: dict[str, int] = {}
     out = []
@@ -151,7 +159,7 @@ def _held_by_row(runs: list[PreparedRun], held: dict[str, np.ndarray]) -> list[f
 def _mape(errors: list[float | None]) -> float | None:
     """MAPE in percent of the known errors; None where no run could be held out (one group)."""
     known = [abs(e) for e in errors if e is not None]
-    return float(100 * np.mean(known)) if known else None
+    return 100 * sum(known) / len(known) if known else None
 
 
 def render(report: dict, first: PreparedRun, keys: list[str], loose: tuple[str, ...]) -> str:

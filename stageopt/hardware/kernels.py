@@ -163,6 +163,8 @@ def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chun
     ``num_max_streams``), so their fixed costs overlap: a fused GEMM still pays one launch, which its
     members share as they share its time. ``chunks`` broadcasts against the kernels' arrays.
     """
+    if np.ndim(chunks) == 0 and chunks == 1:
+        return grouped_kernel_seconds(hw, dtype, kern, groups, attention_kernel, wgrad_store_bytes=wgrad_store_bytes)
     chunks = np.asarray(chunks, dtype=float)
     scaled = Kernels(code=kern.code, flops=np.asarray(kern.flops) / chunks, nbytes=np.asarray(kern.nbytes) / chunks,
                      m=np.asarray(kern.m) / chunks, n=kern.n, k=kern.k, batch=kern.batch, precision=kern.precision,

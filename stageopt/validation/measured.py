@@ -38,12 +38,10 @@ from pathlib import Path
 
 from stageopt.errors import ConfigError, StageoptError
 from stageopt.inputs.gate import read_text, shorten
+from stageopt.inputs.measured_columns import OPTIONAL, REQUIRED
 from stageopt.parallel.plan import Plan
 from stageopt.validation.flops import FORMULAS
 from stageopt.validation.runs import METRICS, PublishedRun
-
-REQUIRED = ("model", "plan", "metric", "value")
-OPTIONAL = ("set", "gpus", "framework", "hw_set", "group", "flops_formula", "id")
 
 
 def load_measured(path: Path | str, hardware: str, framework: str | None = None,
