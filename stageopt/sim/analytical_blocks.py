@@ -96,8 +96,9 @@ def _collective_costs(cost: dict, model: ModelSpec, hw: Hardware, proto: Plan, c
 
 class UserbufferChunks:
     """What userbuffer overlap adds to the GEMMs it pipelines: each runs as several smaller GEMMs
-    (:func:`stageopt.graph.overlap.userbuffer_chunks`), which fill fewer waves and pay their fixed cost each
-    time, priced by the one kernel model. Each GEMM is charged once, by the first collective it pairs with."""
+    (:func:`stageopt.graph.overlap.userbuffer_chunks`), which fill fewer waves and store their own tiles, at one
+    fixed cost per GEMM (:func:`stageopt.hardware.kernels.chunked_kernel_seconds`). Each GEMM is charged once,
+    by the first collective it pairs with."""
 
     def __init__(self, priced, times: np.ndarray, table, tp: np.ndarray):
         self._priced, self._times, self._tp = priced, times, np.asarray(tp, dtype=float)
@@ -106,7 +107,7 @@ class UserbufferChunks:
         self._charged: set[int] = set()
 
     def extra(self, cs) -> np.ndarray | float:
-        chunks = userbuffer_chunks(cs.kind, cs.phase, "tp")
+        chunks = userbuffer_chunks(cs.kind, cs.phase, "tp")  # "tp": each candidate's own tp (a ring's chunks)
         rows = [j for j in cs.hides if not self._wgrad[j] and j not in self._charged]
         if chunks == 1 or not rows:
             return 0.0
