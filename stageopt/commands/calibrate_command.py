@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="software stack of rows without a framework column (default megatron-core)")
     p.add_argument("--fit", default=",".join(DEFAULT_FIT), metavar="NAMES",
                    help=f"comma-separated parameters to fit, of {', '.join(FIT_NAMES)} (default "
-                        f"{','.join(DEFAULT_FIT)}; fp8-gemm only where runs are FP8)")
+                        f"{','.join(DEFAULT_FIT)}: gemm where some runs are BF16, fp8-gemm where some are FP8)")
     p.add_argument("--out", type=Path, metavar="FILE.yaml",
                    help="calibrated hardware file to write (default <hardware>-calibrated.yaml here)")
     p.add_argument("--exact", action="store_true", help="refit for every held-out group (slower)")
@@ -60,8 +60,12 @@ def fit_keys(text: str, runs: list[PreparedRun]) -> list[str]:
     if unknown or not names:
         raise ConfigError(f"--fit {text!r}: unknown parameter {unknown[0] if unknown else '(none)'!r}; "
                           f"choose from {', '.join(FIT_NAMES)}")
-    fp8 = any(p.work.plan.dtype == "fp8" for p in runs)
-    keys = [FIT_NAMES[n] for n in names if fp8 or n != "fp8-gemm"]
+    from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
+
+    low = any(p.work.plan.dtype in LOW_PRECISION_RECIPES for p in runs)  # NVFP4 GEMMs take the FP8 share
+    high = any(p.work.plan.dtype not in LOW_PRECISION_RECIPES for p in runs)
+    defaulted = names == list(DEFAULT_FIT)  # by default each GEMM share only where runs use that precision
+    keys = [FIT_NAMES[n] for n in names if (low or n != "fp8-gemm") and (high or n != "gemm" or not defaulted)]
     if len(runs) < len(keys) + 1:
         raise ConfigError(f"{len(runs)} runs cannot fit {len(keys)} parameters and still test the fit; measure "
                           f"more plans or fit fewer (e.g. --fit gemm)")

@@ -155,3 +155,16 @@ def test_random_bytes_never_give_a_traceback(tmp_path, capsys, data):
     code = main(["calibrate", str(path), "--fit", "gemm", "--out", str(tmp_path / "j.yaml")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "Traceback" not in err
+
+
+def test_by_default_each_gemm_share_is_fitted_only_where_runs_use_its_precision(tmp_path):
+    from stageopt.cli import build_parser
+    from stageopt.commands.calibrate_command import DEFAULT_FIT, fit_keys, prepared_runs
+
+    path = tmp_path / "fp8.csv"
+    path.write_text("model,set,plan,metric,value\n" + "".join(
+        f"llama3-8b,layers=2,tp={tp} dp={8 // tp} mbs=1 gbs=8 dtype=fp8,iteration_time_s,1\n" for tp in (1, 2, 4, 8)))
+    runs = prepared_runs(build_parser().parse_args(["calibrate", str(path)]))
+    assert fit_keys(",".join(DEFAULT_FIT), runs) == ["gpu.efficiency.matmul.fp8_peak_fraction",
+                                                     "gpu.efficiency.attention_forward.peak_fraction"]
+    assert "gpu.efficiency.matmul.peak_fraction" in fit_keys("gemm,fp8-gemm", runs)  # asked for: fitted
