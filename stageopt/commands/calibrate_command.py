@@ -203,7 +203,7 @@ def _percent(value: float | None) -> str:
 
 
 def _value(run: PreparedRun, key: str) -> float:
-    obj = run.hardware
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return float(obj) if obj is not None else float("nan")
+    from stageopt.validation.calibrate import hardware_value
+
+    value = hardware_value(run, key)
+    return value if value is not None else float("nan")

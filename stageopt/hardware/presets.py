@@ -33,6 +33,12 @@ def hardware_from_dict(data: Mapping[str, object], where: str = "hardware") -> H
 
 def load_hardware(name_or_path: str | Path) -> Hardware:
     """Load a preset by name (``h100-sxm``) or a YAML file by path."""
+    path = hardware_path(name_or_path)
+    return hardware_from_dict(load_yaml_mapping(path), where=path.name)
+
+
+def hardware_path(name_or_path: str | Path) -> Path:
+    """The YAML file behind a preset name or a path; a one-line error naming the known presets otherwise."""
     text = str(name_or_path)
     is_file = isinstance(name_or_path, Path) or text.endswith((".yaml", ".yml")) or "/" in text
     if is_file:
@@ -48,7 +54,7 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise ConfigError(f"unknown hardware preset {text!r}; {hint}known presets: {', '.join(known)} "
                               f"(or pass a path to a .yaml file)")
-    return hardware_from_dict(load_yaml_mapping(path), where=path.name)
+    return path
 
 
 def hw_override_keys() -> list[str]:

@@ -196,11 +196,17 @@ def fit_identified(runs: Sequence[PreparedRun], keys: Sequence[str] | None = Non
     return fit(runs, max_evals, start=whole.hw_set, keys=kept, robust=robust), loose
 
 
-def _current(run: PreparedRun, key: str) -> float:
+def hardware_value(run: PreparedRun, key: str) -> float | None:
+    """The value of a dotted hardware field (``gpu.efficiency.launch_us``) in a row's hardware; None where unset."""
     obj = run.hardware
     for part in key.split("."):
         obj = getattr(obj, part)
-    return float(obj) if obj is not None else 0.7
+    return float(obj) if obj is not None else None
+
+
+def _current(run: PreparedRun, key: str) -> float:
+    value = hardware_value(run, key)
+    return value if value is not None else 0.7
 
 
 def held_out_errors(whole: Fit, runs: Sequence[PreparedRun]) -> dict[str, np.ndarray]:

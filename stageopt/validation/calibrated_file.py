@@ -14,15 +14,13 @@ from pathlib import Path
 import yaml
 
 from stageopt.hardware import Hardware, load_hardware
-from stageopt.hardware.presets import PRESETS_DIR
+from stageopt.hardware.presets import hardware_path
 from stageopt.inputs.gate import load_yaml_mapping
 
 
 def write_calibrated_hardware(base: str, hw_set: Sequence[str], path: Path, header: Sequence[str]) -> Hardware:
     """Write ``base`` (a preset name or YAML path) with ``hw_set`` applied to ``path``; return it as loaded."""
-    is_file = base.endswith((".yaml", ".yml")) or "/" in base
-    source = Path(base).expanduser() if is_file else PRESETS_DIR / f"{base}.yaml"
-    data = _plain(load_yaml_mapping(source))
+    data = _plain(load_yaml_mapping(hardware_path(base)))
     for item in hw_set:
         key, _, value = item.partition("=")
         _set(data, key.split("."), yaml.safe_load(value))
