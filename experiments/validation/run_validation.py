@@ -17,7 +17,8 @@ import argparse
 import csv
 from pathlib import Path
 
-from stageopt.validation import family_ranking, load_runs, mape, precision_pairs, predict_all, repeated_setups
+from stageopt.validation import (family_ranking, load_runs, mape, precision_pairs, predict_all, repeated_setups,
+                                 scale_pairs)
 from stageopt.validation.compare import by_key
 
 HERE = Path(__file__).resolve().parent
@@ -69,6 +70,20 @@ def print_precision_pairs(comps) -> None:
               f"from {min(gaps):+5.1f} to {max(gaps):+5.1f}")
 
 
+def print_scale_pairs(comps) -> None:
+    """Same source and plan at several data-parallel sizes: a gap growing with the GPU count is a cost of scale."""
+    pairs = scale_pairs(comps)
+    if not pairs:
+        return
+    print(f"\n{len(pairs)} runs measured beside a smaller run of the same plan and source, dp alone larger (gap: "
+          "larger run's error minus the smaller's; positive: it slowed with scale more than predicted):")
+    for source, group in sorted(by_key([big for _, big, _ in pairs], lambda c: c.run.source).items()):
+        gaps = [100 * gap for small, big, gap in pairs if big.run.source == source]
+        spans = [f"{small.run.gpus}->{big.run.gpus}" for small, big, _ in pairs if big.run.source == source]
+        print(f"  {source[:38]:<38} {len(gaps):>3}  gap mean {sum(gaps) / len(gaps):+5.1f} pts, "
+              f"from {min(gaps):+5.1f} to {max(gaps):+5.1f} ({spans[0]} .. {spans[-1]} GPUs)")
+
+
 def print_repeats(comps) -> None:
     """Setups published more than once (successive releases): what no single prediction can fit."""
     repeats = repeated_setups(comps)
@@ -103,6 +118,7 @@ def main() -> None:
         print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
     print_repeats(comps)
     print_precision_pairs(comps)
+    print_scale_pairs(comps)
     misses = [c for c in comps if c.free_gib < 0]
     print(f"\n{len(misses)} of {len(comps)} published runs predicted not to fit their GPU's memory:")
     for c in sorted(misses, key=lambda c: c.free_gib):

@@ -47,7 +47,20 @@ microbenchmark measures, with a physical range enforced on it:
   GPU-Accelerated Distributed Deep Learning" (arXiv 2507.03114, 2025) measure
   18.9% on average (40.0% at most) over GPT and LLaMA training steps on A100,
   H100, MI250 and MI210; kernels progress at ``1 / (1 + overlap_slowdown)``
-  while such a collective is in flight.
+  while such a collective is in flight;
+* ``speed_spread``: the standard deviation of compute speed across GPUs of one
+  model in one cluster, as a share of the mean. Identical GPUs run at different
+  clocks under the same power cap (manufacturing variation and power
+  management): Sinha et al., "Not All GPUs Are Created Equal" (SC22, arXiv
+  2208.11035) measure 8% average performance variation across the GPUs of a
+  cluster on compute-bound kernels; read as the range over a cluster of a few
+  thousand GPUs (about 7 standard deviations of a normal spread) that is a
+  standard deviation of ~1.1%, and the default is 0.01. A training step synchronizes every GPU (the
+  TP collectives every layer, the pipeline sends, the gradient sync every
+  step), and a slow GPU stays slow, so the step runs at the pace of the slowest
+  of its ``n`` GPUs: the SM-clock-bound work (GEMMs, attention) takes
+  ``1 + speed_spread * E[max of n standard normals]`` times its time on a
+  typical GPU (:func:`slowest_gpu_slowdown`); HBM-bound kernels keep their rate.
 
 The time formulas that combine them live in :mod:`stageopt.hardware.kernels`
 (vectorized, shared by every backend); this module holds the parameters and the
@@ -59,6 +72,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.special import ndtri
 
 from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.inputs.schema import bounds, check_fields
@@ -151,6 +165,9 @@ class GpuEfficiency:
     # Lee et al. 2025 (arXiv 2507.03114): compute overlapped with communication slows 18.9% on average, 40.0% at most
     overlap_slowdown: float = field(default=0.189, metadata=bounds(
         ge=0, le=0.40, doc="how much longer compute takes beside a data-parallel collective"))
+    # Sinha et al. SC22 (arXiv 2208.11035): 8% average performance variation across one cluster's GPUs
+    speed_spread: float = field(default=0.01, metadata=bounds(
+        ge=0, le=0.05, doc="standard deviation of GPU compute speed across a cluster, share of the mean"))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -159,6 +176,13 @@ class GpuEfficiency:
     def overlapped_rate(self) -> float:
         """Progress rate of a kernel that runs beside a data-parallel collective (1: no contention)."""
         return 1.0 / (1.0 + self.overlap_slowdown)
+
+    def slowest_gpu_slowdown(self, gpus):
+        """How much longer SM-bound work takes on the slowest of ``gpus`` GPUs in lockstep than on a typical
+        one: ``1 + speed_spread * E[max of gpus standard normals]`` (Blom's approximation of the expected
+        maximum: 4.5% high for two GPUs, within 1% from eight up; 1 for a single GPU). Broadcasts."""
+        n = np.maximum(np.asarray(gpus, dtype=float), 1.0)
+        return 1.0 + self.speed_spread * ndtri((n - 0.375) / (n + 0.25))
 
 
 def gemm_padded_flops(m, n, k, batch, tile_m: int, tile_n: int, sm_count: int):

@@ -23,6 +23,11 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
   forward), so a kernel's scores are ``flops / k``;
 * a **vector** kernel streams its bytes at the achievable HBM bandwidth.
 
+GEMMs and attention run at the SM clock of the slowest of the ``gpus`` GPUs a
+step keeps in lockstep (``speed_spread``,
+:meth:`~stageopt.hardware.efficiency.GpuEfficiency.slowest_gpu_slowdown`); HBM
+streams and fixed costs do not depend on it.
+
 No kernel takes less than ``host_us``, the time the framework's host thread needs
 to dispatch it: a run of tiny kernels is bound by the CPU, not the GPU.
 
@@ -74,6 +79,7 @@ class Kernels:
     precision: np.ndarray
     backward: np.ndarray
     count: np.ndarray | int = 1  # kernels each entry stands for (eager elementwise ops launch several)
+    gpus: np.ndarray | int = 1  # GPUs kept in lockstep with this one (the plan's world): the slowest sets the pace
 
 
 def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best",
@@ -94,7 +100,8 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     bandwidth = gpu.hbm_gbps * 1e9 * eff.memory_fraction
     memory = kern.nbytes / bandwidth
     lowp = (kern.precision != HIGH) & low
-    peak = np.where(lowp, gpu.sustained_peak(dtype) if low else 1.0, gpu.sustained_peak(high)) * 1e12
+    slowest = eff.slowest_gpu_slowdown(kern.gpus)
+    peak = np.where(lowp, gpu.sustained_peak(dtype) if low else 1.0, gpu.sustained_peak(high)) * 1e12 / slowest
     fraction = np.where(lowp, eff.matmul.fraction(dtype), eff.matmul.fraction(high))
     shaped = kern.m * kern.n * kern.k * kern.batch > 0
     padded = np.where(shaped, gemm_tiled_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
@@ -108,13 +115,13 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     store = written if wgrad_store_bytes is None else np.where(
         wgrad, written * (wgrad_store_bytes / DTYPE_BYTES[high]), written)
     matmul = launch + np.maximum(padded / (fraction * peak), reads) + store + cast
-    attn_peak = gpu.sustained_peak(high) * 1e12
+    attn_peak = gpu.sustained_peak(high) * 1e12 / slowest
     computed = kern.flops * np.where(kern.code == 2, 0.5, 1.0)  # causal kernels skip the masked half
     attn_flops = computed * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0)
     attn_fraction = np.where(kern.backward, eff.attention_backward.fraction(attention_kernel, eff.fa2_attention_scale),
                              eff.attention_forward.fraction(attention_kernel, eff.fa2_attention_scale))
     scores = np.where(kern.k > 0, computed / np.maximum(kern.k, 1), 0.0)
-    attention = launch + attn_flops / (attn_fraction * attn_peak) + gpu.exp_seconds(scores)
+    attention = launch + attn_flops / (attn_fraction * attn_peak) + gpu.exp_seconds(scores) * slowest
     vector = launch * launches + memory
     device = np.where(kern.code == 3, vector, np.where(kern.code == 0, matmul, attention))
     return np.maximum(device, host * launches)
@@ -145,7 +152,7 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
         one = Kernels(code=np.zeros(1, dtype=int)[:, None] if flops.ndim > 1 else np.zeros(1, dtype=int),
                       flops=flops.sum(axis=0)[None], nbytes=full["nbytes"][idx].sum(axis=0)[None],
                       precision=np.asarray(kern.precision)[idx[:1]], backward=np.asarray(kern.backward)[idx[:1]],
-                      **dims)
+                      gpus=kern.gpus, **dims)
         together = kernel_seconds(hw, dtype, one, attention_kernel, cuda_graphs, wgrad_store_bytes)[0]
         share = np.divide(flops, flops.sum(axis=0), out=np.full_like(flops, 1.0 / len(idx)),
                           where=flops.sum(axis=0) > 0)
@@ -168,7 +175,7 @@ def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chun
     chunks = np.asarray(chunks, dtype=float)
     scaled = Kernels(code=kern.code, flops=np.asarray(kern.flops) / chunks, nbytes=np.asarray(kern.nbytes) / chunks,
                      m=np.asarray(kern.m) / chunks, n=kern.n, k=kern.k, batch=kern.batch, precision=kern.precision,
-                     backward=kern.backward, count=kern.count)
+                     backward=kern.backward, count=kern.count, gpus=kern.gpus)
     times = chunks * grouped_kernel_seconds(hw, dtype, scaled, groups, attention_kernel,
                                             wgrad_store_bytes=wgrad_store_bytes)
     flops = np.broadcast_to(np.asarray(kern.flops, dtype=float), np.shape(times))

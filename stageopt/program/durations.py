@@ -17,10 +17,12 @@ from stageopt.hardware.kernels import KERNEL_CODES, Kernels, chunked_kernel_seco
 from stageopt.hardware.network import collective_time, exposed_beside_gemm, exposed_under_gemm, pipeline_message_time
 from stageopt.parallel.ranks import group_stride
 
-RING_COMMS = ("p2p", "a2a+p2p")  # cp_comm values whose K/V exchange over "cp" is a ring under attention
-DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate", "tp_edp_cp")  # the data-parallel communicators (GradSync.dp_groups)
 from stageopt.program.nodes import COLL, COMP, COPY, SEND, StageProgram
 from stageopt.workload import Workload
+
+RING_COMMS = ("p2p", "a2a+p2p")  # cp_comm values whose K/V exchange over "cp" is a ring under attention
+# the data-parallel communicators (GradSync.dp_groups)
+DP_GROUP_NAMES = ("dp_cp", "edp_cp", "shard_cp", "replicate", "tp_edp_cp")
 
 
 def kernel_durations(comp: list, plan, hw: Hardware, chunks: int = 1) -> np.ndarray:
@@ -32,7 +34,7 @@ def kernel_durations(comp: list, plan, hw: Hardware, chunks: int = 1) -> np.ndar
         nbytes=np.array([n.tensor_size for n in comp], dtype=float),
         m=shape[0], n=shape[1], k=shape[2], batch=shape[3],
         precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
-        count=np.array([n.launches for n in comp])),
+        count=np.array([n.launches for n in comp]), gpus=plan.gpus),
         np.array([n.gemm_group for n in comp]), chunks, plan.framework.attention_kernel,
         wgrad_store_bytes=plan.wgrad_store_bytes)
 

@@ -31,6 +31,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     agg = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in block.evaluate(values).items()}
     table = compile_op_table(kind, arch, proto.recompute)
     rows = table.evaluate(values, n)
+    world = c["tp"] * c["cp"] * c["dp"] * c["pp"]  # every GPU waits on the slowest (kernels.Kernels.gpus)
 
     def priced(chunks=1.0):
         """Every op's seconds, each GEMM run as ``chunks`` GEMMs of 1/chunks of its rows (userbuffer overlap)."""
@@ -38,7 +39,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
             code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
             flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
             precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
-            count=table.launches[:, None]), table.groups, chunks, proto.framework.attention_kernel,
+            count=table.launches[:, None], gpus=world), table.groups, chunks, proto.framework.attention_kernel,
             wgrad_store_bytes=proto.wgrad_store_bytes)
 
     times = priced()

@@ -170,6 +170,29 @@ def precision_pairs(comps: Sequence[Comparison]) -> list[tuple[Comparison, Compa
     return out
 
 
+def scale_pairs(comps: Sequence[Comparison]) -> list[tuple[Comparison, Comparison, float]]:
+    """Rows of one source that differ only in data parallelism, the global batch growing with it (weak
+    scaling): ``(smallest run, larger run, gap)``, ``gap`` the larger run's throughput error minus the
+    smallest's.
+
+    Same stack, cluster and work per GPU, so what the two share cancels: a gap that grows with the GPU
+    count is a cost of scale the model misses (or charges twice, if negative).
+    """
+    def setup(c: Comparison) -> str:
+        r = c.run
+        fields = dict(t.split("=", 1) for t in r.plan.split() if "=" in t)
+        per_replica = int(fields.get("gbs", 0)) / max(int(fields.get("dp", 1)), 1)
+        plan = " ".join(t for t in r.plan.split() if not t.startswith(("dp=", "gbs=")))
+        return "|".join((r.source, r.model, ",".join(r.model_set), plan, f"{per_replica:g}", r.framework,
+                         r.hardware, ",".join(r.hw_set), r.metric))
+
+    out = []
+    for group in by_key(comps, setup).values():
+        smallest = min(group, key=lambda c: c.run.gpus)
+        out += [(smallest, c, c.error - smallest.error) for c in group if c.run.gpus > smallest.run.gpus]
+    return out
+
+
 def repeated_setups(comps: Sequence[Comparison]) -> list[tuple[list[Comparison], float, float]]:
     """Rows that describe the same setup (model, GPUs, plan, stack profile, hardware, metric) measured more
     than once, e.g. in successive framework releases: ``(rows, spread, floor)`` per setup.
