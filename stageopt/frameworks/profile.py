@@ -29,6 +29,7 @@ FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy",
 # hp_grad.add_(lp_grad.to(fp32)): read the bf16 gradient (2), write its fp32 copy (4), read the copy and the
 # fp32 buffer (4 + 4), write the buffer (4). Zeroing the bf16 gradients first is left out (version-dependent).
 GRAD_CAST_ADD_BYTES = 18
+GRAD_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # "qkv" and "fc1" fuse GEMMs rather than elementwise ops: the query/key/value projections, and the
 # gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated).
 
@@ -107,6 +108,14 @@ class FrameworkProfile:
     BF16_Optimizer: its pipeline engine calls ``update_hp_grads`` after every backward pass):
     :data:`GRAD_CAST_ADD_BYTES` of HBM traffic per parameter and micro-batch. Megatron's
     gradient-accumulation fusion has the weight-gradient GEMM write the fp32 buffer instead.
+    ``fsdp_grad_prep``: PyTorch FSDP (v1, ``FullyShardedDataParallel``) prepares each FSDP unit's unsharded
+    gradient for its reduce-scatter on every micro-batch (``_post_backward_hook`` and ``_reduce_grad`` in
+    ``torch/distributed/fsdp/_runtime_utils.py``): with mixed precision it casts the bf16 gradient to the
+    reduce dtype (``flat_param.grad.to(reduce_dtype)``: read 2, write the reduce dtype's bytes) when the two
+    differ, then divides it in place by the pre-divide factor (a power of two above 1 on two or more ranks:
+    read and write the reduce dtype); 14 bytes a parameter with an fp32 reduce, 4 with a bf16 one. Priced
+    as kernels after the unit's backward: FSDP issues them on its post-backward stream, beside the next
+    unit's backward, so this is the upper end of what they cost.
     ``wgrad_accumulation_fusion``: each weight-gradient GEMM adds its result into the main-gradient
     buffer in its epilogue (Megatron-LM since February 2022, commit 83b1e42f; Transformer Engine's
     ``fuse_wgrad_accumulation``), so its output store reads and writes the buffer's dtype
@@ -146,6 +155,7 @@ class FrameworkProfile:
     tp_async_backward: bool = False
     sp_saves_shard: bool = True
     grad_cast_add: bool = False
+    fsdp_grad_prep: bool = False
     wgrad_accumulation_fusion: bool = False
 
     def __post_init__(self) -> None:
@@ -172,10 +182,17 @@ class FrameworkProfile:
         """The gradient dtype this stack uses for a plan computing in ``dtype``."""
         return self.grad_reduce_dtype if dtype in ("bf16", *LOW_PRECISION_RECIPES) else "bf16"
 
-    def grad_cast_add_bytes(self, dtype: str, grad_dtype: str, zero: int) -> int:
-        """HBM bytes per parameter and micro-batch that staging bf16 gradients into fp32 costs (0: none)."""
-        staged = self.grad_cast_add and dtype == "bf16" and grad_dtype == "fp32" and zero <= 1
-        return GRAD_CAST_ADD_BYTES if staged else 0
+    def grad_staging_bytes(self, dtype: str, grad_dtype: str, zero: int) -> int:
+        """HBM bytes per parameter and micro-batch the stack spends on gradients between a block's backward
+        and their reduction (0: none): DeepSpeed's bf16-to-fp32 staging (``grad_cast_add``), or FSDP's
+        cast and pre-divide (``fsdp_grad_prep``)."""
+        if self.grad_cast_add and dtype == "bf16" and grad_dtype == "fp32" and zero <= 1:
+            return GRAD_CAST_ADD_BYTES
+        if self.fsdp_grad_prep and zero >= 2:
+            reduce = GRAD_DTYPE_BYTES[grad_dtype]
+            computed = 4 if dtype == "fp32" else 2  # FSDP's param_dtype: the gradient autograd writes
+            return (computed + reduce if reduce != computed else 0) + 2 * reduce
+        return 0
 
     def wgrad_store_bytes(self, grad_bytes: int, zero: int) -> int | None:
         """Bytes an element of a weight-gradient GEMM's output moves in its epilogue: the accumulate

@@ -253,9 +253,10 @@ class Plan:
         return self.framework.grad_bucket(self.dp * self.cp)
 
     @property
-    def grad_cast_add_bytes(self) -> int:
-        """HBM bytes per parameter and micro-batch the stack spends adding bf16 gradients into fp32 ones."""
-        return self.framework.grad_cast_add_bytes(self.dtype, self.grad_dtype, self.step_zero)
+    def grad_staging_bytes(self) -> int:
+        """HBM bytes per parameter and micro-batch the stack spends on gradients before reducing them
+        (:meth:`~stageopt.frameworks.profile.FrameworkProfile.grad_staging_bytes`)."""
+        return self.framework.grad_staging_bytes(self.dtype, self.grad_dtype, self.step_zero)
 
     @property
     def wgrad_store_bytes(self) -> int | None:

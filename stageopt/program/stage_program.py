@@ -324,11 +324,12 @@ class _StageBuilder(GradSync):
     def block_done(self, kind: str, chunk: Chunk, i: int, done: tuple[int, ...], label: str,
                    last_grad: bool) -> tuple[int, ...]:
         """A block's gradients are complete for this micro-batch: ZeRO-3 scatter (its node ids returned),
-        DP bucket after the last. A stack that stages bf16 gradients adds them into fp32 ones first."""
-        staged = self.plan.grad_cast_add_bytes
+        DP bucket after the last. A stack that stages its gradients (DeepSpeed's fp32 copies, FSDP's cast and
+        pre-divide) does so first."""
+        staged = self.plan.grad_staging_bytes
         params = staged and self.work.value(kind, "local_dense") + self.work.value(kind, "local_expert")
         if params > 0:
-            done = (self.b.comp(f"{label}:grad_cast_add", "bwd", list(done), 0, round(staged * params), "vector"),)
+            done = (self.b.comp(f"{label}:grad_staging", "bwd", list(done), 0, round(staged * params), "vector"),)
         scatters = self.zero3_scatters(kind, done, label)
         if last_grad:
             self.bucket_block(kind, f"{chunk.local}.{i}", done)

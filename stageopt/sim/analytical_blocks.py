@@ -46,9 +46,9 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),
             "agg": agg}
     cost["wgrad"] = times[table.wgrad].sum(axis=0) if table.wgrad is not None else np.zeros(n)  # part of bwd
-    if proto.grad_cast_add_bytes:  # bf16 gradients added into fp32 ones after every backward (one kernel)
+    if proto.grad_staging_bytes:  # gradients staged before their reduction after every backward (one kernel)
         params = agg["local_dense"] + agg["local_expert"]
-        staged = np.where(params > 0, hw.gpu.vector_time_s(proto.grad_cast_add_bytes * params), 0.0)
+        staged = np.where(params > 0, hw.gpu.vector_time_s(proto.grad_staging_bytes * params), 0.0)
         cost["bwd"], cost["wgrad"] = cost["bwd"] + staged, cost["wgrad"] + staged
     _collective_costs(cost, model, hw, proto, c, block, times, UserbufferChunks(priced, times, table, c["tp"]))
     return cost

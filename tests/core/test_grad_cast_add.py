@@ -59,4 +59,4 @@ def test_fp16_runs_and_megatron_stacks_do_not_stage(tmp_path):
     assert run("megatron-deepspeed", "fp16").iteration_time_s == pytest.approx(
         run(stack_without_staging(tmp_path), "fp16").iteration_time_s, rel=1e-12)
     work = workload_for(MODEL[0], PLAN.format("bf16"), None, framework="megatron-core", model_set=MODEL[1])
-    assert work.plan.grad_cast_add_bytes == 0
+    assert work.plan.grad_staging_bytes == 0
