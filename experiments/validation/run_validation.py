@@ -57,31 +57,18 @@ def parity_plot(comps, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
-def print_precision_pairs(comps) -> None:
-    """Same source, same plan, BF16 and FP8: a gap between their errors is a precision-specific miss."""
-    pairs = precision_pairs(comps)
+def print_gaps(pairs, heading: str, key, width: int, spans: bool = False) -> None:
+    """Pairs of rows (base, other, gap in error) summed up per ``key`` of the other row."""
     if not pairs:
         return
-    print(f"\n{len(pairs)} plans measured in BF16 and in low precision by one source (gap: low-precision error "
-          "minus BF16 error):")
-    for hardware, group in sorted(by_key([p for p, _, _ in pairs], lambda c: c.run.hardware).items()):
-        gaps = [100 * gap for high, _, gap in pairs if high.run.hardware == hardware]
-        print(f"  {hardware:<16} {len(gaps):>3} pairs  gap mean {sum(gaps) / len(gaps):+5.1f} pts, "
-              f"from {min(gaps):+5.1f} to {max(gaps):+5.1f}")
-
-
-def print_scale_pairs(comps) -> None:
-    """Same source and plan at several data-parallel sizes: a gap growing with the GPU count is a cost of scale."""
-    pairs = scale_pairs(comps)
-    if not pairs:
-        return
-    print(f"\n{len(pairs)} runs measured beside a smaller run of the same plan and source, dp alone larger (gap: "
-          "larger run's error minus the smaller's; positive: it slowed with scale more than predicted):")
-    for source, group in sorted(by_key([big for _, big, _ in pairs], lambda c: c.run.source).items()):
-        gaps = [100 * gap for small, big, gap in pairs if big.run.source == source]
-        spans = [f"{small.run.gpus}->{big.run.gpus}" for small, big, _ in pairs if big.run.source == source]
-        print(f"  {source[:38]:<38} {len(gaps):>3}  gap mean {sum(gaps) / len(gaps):+5.1f} pts, "
-              f"from {min(gaps):+5.1f} to {max(gaps):+5.1f} ({spans[0]} .. {spans[-1]} GPUs)")
+    print(f"\n{len(pairs)} {heading}")
+    for name in sorted({key(other) for _, other, _ in pairs}):
+        group = [(base, other, 100 * gap) for base, other, gap in pairs if key(other) == name]
+        gaps = [gap for _, _, gap in group]
+        span = f" ({group[0][0].run.gpus}->{group[0][1].run.gpus} .. {group[-1][0].run.gpus}->{group[-1][1].run.gpus}" \
+            " GPUs)" if spans else ""
+        print(f"  {name[:width]:<{width}} {len(gaps):>3}  gap mean {sum(gaps) / len(gaps):+5.1f} pts, "
+              f"from {min(gaps):+5.1f} to {max(gaps):+5.1f}{span}")
 
 
 def print_repeats(comps) -> None:
@@ -117,8 +104,13 @@ def main() -> None:
     for name, (n, rho, regret) in sorted(family_ranking(comps).items()):
         print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
     print_repeats(comps)
-    print_precision_pairs(comps)
-    print_scale_pairs(comps)
+    # same source and plan in BF16 and in FP8: a gap between their errors is a precision-specific miss
+    print_gaps(precision_pairs(comps), "plans measured in BF16 and in low precision by one source (gap: low-precision "
+               "error minus BF16 error):", lambda c: c.run.hardware, 16)
+    # same source and plan at several data-parallel sizes: a gap growing with the GPU count is a cost of scale
+    print_gaps(scale_pairs(comps), "runs measured beside a smaller run of the same plan and source, dp alone larger "
+               "(gap: larger run's error minus the smaller's; positive: it slowed with scale more than predicted):",
+               lambda c: c.run.source, 38, spans=True)
     misses = [c for c in comps if c.free_gib < 0]
     print(f"\n{len(misses)} of {len(comps)} published runs predicted not to fit their GPU's memory:")
     for c in sorted(misses, key=lambda c: c.free_gib):
