@@ -47,13 +47,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def render(est: Estimate, plan: Plan, fit: dict | None = None) -> str:
+def render(est: Estimate, plan: Plan, fit: dict | None = None, pace: float = 1.0) -> str:
+    """The report; ``pace``: how much longer GEMMs and attention take on the slowest of the plan's GPUs."""
     lines = [f"plan: {plan}",
              f"iteration time   {est.iteration_time_s:10.3f} s      tokens/s {est.tokens_per_s:,.0f}",
              f"model TFLOP/s/GPU {est.model_tflops_per_gpu:9.1f}        MFU {est.mfu:.1%}"
              f"   (with recompute {est.hardware_tflops_per_gpu:.1f})",
              f"peak memory      {est.peak_memory_gib:10.2f} GiB    "
              + (fit_line(fit, "") if fit else ('fits' if est.fits_memory else 'DOES NOT FIT')),
+             f"slowest GPU      GEMMs and attention x{pace:.3f} on the slowest of {plan.gpus:,} GPUs"
+             " (gpu.efficiency.speed_spread; 0 prices a typical GPU)",
              "time breakdown (s):"]
     lines += [f"  {k:<18} {v:10.4f}" for k, v in est.time_breakdown_s.items()]
     lines.append("memory breakdown (GiB):")
@@ -70,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--reserve-gib {args.reserve_gib:g}: must be >= 0 (GiB kept free per GPU)")
     reserve = args.reserve_gib if args.reserve_gib is not None else hw.gpu.memory_reserve_gib()
     fit = memory_fit(est.peak_memory_gib, hw.gpu.hbm_gib, reserve)
+    pace = float(hw.gpu.efficiency.slowest_gpu_slowdown(work.plan.gpus))
     if args.json:
         print(json.dumps({"plan": str(work.plan), "framework": work.plan.framework.name, **est.to_json(),
-                          "memory_fit": fit}, indent=1))
+                          "memory_fit": fit, "slowest_gpu_slowdown": pace}, indent=1))
     else:
-        print(render(est, work.plan, fit))
+        print(render(est, work.plan, fit, pace))
     return 0

@@ -8,10 +8,13 @@ against each other: both charge the same factor on the same kernels, so the step
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from scipy.stats import norm
 
+from stageopt.cli import main
 from stageopt.hardware.kernels import KERNEL_CODES, Kernels, kernel_seconds
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
@@ -72,3 +75,11 @@ def test_both_backends_slow_the_step_alike():
         grown[type(sim).__name__] = _compute_seconds(0.03, sim) / _compute_seconds(0.0, sim)
     assert grown["AnalyticalSimulator"] > 1.05  # 64 GPUs: 1 + 0.03 x 2.34 on the GEMMs and attention
     assert grown["ReplaySimulator"] == pytest.approx(grown["AnalyticalSimulator"], rel=0.01)
+
+
+def test_simulate_reports_the_pace_it_charged(capsys):
+    """`stageopt simulate --json` says by how much the slowest of the plan's 256 GPUs stretches the GEMMs
+    (Blom's approximation: within 1% of the expected maximum, so 3e-4 of the factor)."""
+    assert main(["simulate", "--model", "llama3-8b", "--plan", "tp=2 pp=1 dp=128 mbs=1 gbs=128", "--json"]) == 0
+    reported = json.loads(capsys.readouterr().out)["slowest_gpu_slowdown"]
+    assert reported == pytest.approx(1 + 0.01 * _expected_max_of_normals(256), rel=5e-4)
