@@ -108,14 +108,21 @@ class FrameworkProfile:
     BF16_Optimizer: its pipeline engine calls ``update_hp_grads`` after every backward pass):
     :data:`GRAD_CAST_ADD_BYTES` of HBM traffic per parameter and micro-batch. Megatron's
     gradient-accumulation fusion has the weight-gradient GEMM write the fp32 buffer instead.
-    ``fsdp_grad_prep``: PyTorch FSDP (v1, ``FullyShardedDataParallel``) prepares each FSDP unit's unsharded
-    gradient for its reduce-scatter on every micro-batch (``_post_backward_hook`` and ``_reduce_grad`` in
-    ``torch/distributed/fsdp/_runtime_utils.py``): with mixed precision it casts the bf16 gradient to the
-    reduce dtype (``flat_param.grad.to(reduce_dtype)``: read 2, write the reduce dtype's bytes) when the two
-    differ, then divides it in place by the pre-divide factor (a power of two above 1 on two or more ranks:
-    read and write the reduce dtype); 14 bytes a parameter with an fp32 reduce, 4 with a bf16 one. Priced
-    as kernels after the unit's backward: FSDP issues them on its post-backward stream, beside the next
-    unit's backward, so this is the upper end of what they cost.
+    ``fsdp_copies``: the copies PyTorch FSDP makes of each unit's parameters and gradients on every
+    micro-batch besides its collectives (``none`` for other stacks), priced as one memory-bound kernel after
+    the unit's backward (outside pipelines only the step's total counts; FSDP runs part of them on side
+    streams beside compute, so this is the upper end of their cost):
+
+    - ``fsdp1`` (``FullyShardedDataParallel``; ``torch/distributed/fsdp/_runtime_utils.py``): the
+      post-backward hook casts the unsharded bf16 gradient to the reduce dtype when the two differ (read 2,
+      write the reduce dtype) and divides it in place by the pre-divide factor, a power of two above 1 from
+      two ranks up (read and write the reduce dtype): 14 bytes a parameter with an fp32 reduce, 4 with bf16;
+    - ``fsdp2`` (``fully_shard``; ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``): every
+      all-gather's output is copied out of the rank-interleaved buffer into each parameter
+      (``foreach_all_gather_copy_out``: read and write 2 bytes; two gathers a micro-batch under ZeRO-3,
+      forward and backward, one under ZeRO-2), and the gradients are copied into the reduce-scatter input
+      in the reduce dtype (``foreach_reduce_scatter_copy_in``: read 2, write the reduce dtype; NCCL's
+      average divides): 14 bytes with an fp32 reduce under ZeRO-3.
     ``wgrad_accumulation_fusion``: each weight-gradient GEMM adds its result into the main-gradient
     buffer in its epilogue (Megatron-LM since February 2022, commit 83b1e42f; Transformer Engine's
     ``fuse_wgrad_accumulation``), so its output store reads and writes the buffer's dtype
@@ -155,7 +162,7 @@ class FrameworkProfile:
     tp_async_backward: bool = False
     sp_saves_shard: bool = True
     grad_cast_add: bool = False
-    fsdp_grad_prep: bool = False
+    fsdp_copies: Literal["none", "fsdp1", "fsdp2"] = "none"
     wgrad_accumulation_fusion: bool = False
 
     def __post_init__(self) -> None:
@@ -183,16 +190,18 @@ class FrameworkProfile:
         return self.grad_reduce_dtype if dtype in ("bf16", *LOW_PRECISION_RECIPES) else "bf16"
 
     def grad_staging_bytes(self, dtype: str, grad_dtype: str, zero: int) -> int:
-        """HBM bytes per parameter and micro-batch the stack spends on gradients between a block's backward
-        and their reduction (0: none): DeepSpeed's bf16-to-fp32 staging (``grad_cast_add``), or FSDP's
-        cast and pre-divide (``fsdp_grad_prep``)."""
+        """HBM bytes per parameter and micro-batch the stack's data parallelism copies besides its collectives
+        (0: none): DeepSpeed's bf16-to-fp32 staging (``grad_cast_add``) or FSDP's copies (``fsdp_copies``)."""
         if self.grad_cast_add and dtype == "bf16" and grad_dtype == "fp32" and zero <= 1:
             return GRAD_CAST_ADD_BYTES
-        if self.fsdp_grad_prep and zero >= 2:
-            reduce = GRAD_DTYPE_BYTES[grad_dtype]
-            computed = 4 if dtype == "fp32" else 2  # FSDP's param_dtype: the gradient autograd writes
+        if self.fsdp_copies == "none" or zero < 2:
+            return 0
+        reduce = GRAD_DTYPE_BYTES[grad_dtype]
+        computed = 4 if dtype == "fp32" else 2  # FSDP's param_dtype: the gradient autograd writes
+        if self.fsdp_copies == "fsdp1":
             return (computed + reduce if reduce != computed else 0) + 2 * reduce
-        return 0
+        gathers = 2 if zero >= 3 else 1
+        return gathers * 2 * computed + computed + reduce
 
     def wgrad_store_bytes(self, grad_bytes: int, zero: int) -> int | None:
         """Bytes an element of a weight-gradient GEMM's output moves in its epilogue: the accumulate
