@@ -55,10 +55,11 @@ microbenchmark measures, with a physical range enforced on it:
   2208.11035) measure 8% average performance variation across the GPUs of a
   cluster on compute-bound kernels; read as the range over a cluster of a few
   thousand GPUs (about 7 standard deviations of a normal spread) that is a
-  standard deviation of ~1.1%, and the default is 0.01. A training step synchronizes every GPU (the
-  TP collectives every layer, the pipeline sends, the gradient sync every
-  step), and a slow GPU stays slow, so the step runs at the pace of the slowest
-  of its ``n`` GPUs: the SM-clock-bound work (GEMMs, attention) takes
+  standard deviation of ~1.1%, and the default is 0.01. A training step
+  synchronizes every GPU (the TP collectives every layer, the pipeline sends,
+  the gradient sync every step), and a slow GPU stays slow, so the step runs at
+  the pace of the slowest of its ``n`` GPUs: the SM-clock-bound work (GEMMs,
+  attention) takes
   ``1 + speed_spread * E[max of n standard normals]`` times its time on a
   typical GPU (:func:`slowest_gpu_slowdown`); HBM-bound kernels keep their rate.
 
