@@ -29,7 +29,6 @@ FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy",
 # hp_grad.add_(lp_grad.to(fp32)): read the bf16 gradient (2), write its fp32 copy (4), read the copy and the
 # fp32 buffer (4 + 4), write the buffer (4). Zeroing the bf16 gradients first is left out (version-dependent).
 GRAD_CAST_ADD_BYTES = 18
-GRAD_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # "qkv" and "fc1" fuse GEMMs rather than elementwise ops: the query/key/value projections, and the
 # gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated).
 
@@ -189,19 +188,19 @@ class FrameworkProfile:
         """The gradient dtype this stack uses for a plan computing in ``dtype``."""
         return self.grad_reduce_dtype if dtype in ("bf16", *LOW_PRECISION_RECIPES) else "bf16"
 
-    def grad_staging_bytes(self, dtype: str, grad_dtype: str, zero: int) -> int:
+    def grad_staging_bytes(self, dtype: str, grad_bytes: float, zero: int) -> float:
         """HBM bytes per parameter and micro-batch the stack's data parallelism copies besides its collectives
-        (0: none): DeepSpeed's bf16-to-fp32 staging (``grad_cast_add``) or FSDP's copies (``fsdp_copies``)."""
-        if self.grad_cast_add and dtype == "bf16" and grad_dtype == "fp32" and zero <= 1:
+        (0: none): DeepSpeed's bf16-to-fp32 staging (``grad_cast_add``) or FSDP's copies (``fsdp_copies``).
+        ``grad_bytes``: bytes an element of the gradient's reduce dtype."""
+        if self.grad_cast_add and dtype == "bf16" and grad_bytes == 4 and zero <= 1:
             return GRAD_CAST_ADD_BYTES
         if self.fsdp_copies == "none" or zero < 2:
             return 0
-        reduce = GRAD_DTYPE_BYTES[grad_dtype]
         computed = 4 if dtype == "fp32" else 2  # FSDP's param_dtype: the gradient autograd writes
         if self.fsdp_copies == "fsdp1":
-            return (computed + reduce if reduce != computed else 0) + 2 * reduce
+            return (computed + grad_bytes if grad_bytes != computed else 0) + 2 * grad_bytes
         gathers = 2 if zero >= 3 else 1
-        return gathers * 2 * computed + computed + reduce
+        return gathers * 2 * computed + computed + grad_bytes
 
     def wgrad_store_bytes(self, grad_bytes: int, zero: int) -> int | None:
         """Bytes an element of a weight-gradient GEMM's output moves in its epilogue: the accumulate

@@ -253,10 +253,10 @@ class Plan:
         return self.framework.grad_bucket(self.dp * self.cp)
 
     @property
-    def grad_staging_bytes(self) -> int:
+    def grad_staging_bytes(self) -> float:
         """HBM bytes per parameter and micro-batch the stack spends on gradients before reducing them
         (:meth:`~stageopt.frameworks.profile.FrameworkProfile.grad_staging_bytes`)."""
-        return self.framework.grad_staging_bytes(self.dtype, self.grad_dtype, self.step_zero)
+        return self.framework.grad_staging_bytes(self.dtype, self.grad_bytes, self.step_zero)
 
     @property
     def wgrad_store_bytes(self) -> int | None:

@@ -88,6 +88,7 @@ def test_fsdp_casts_and_predivides_each_micro_batch(tmp_path, grad_dtype, nbytes
     ("torchtitan", "tp=1 pp=1 dp=2 mbs=2 gbs=8 zero=3 recompute=none dp_overlap=off", 14),
     ("torchtitan", "tp=1 pp=1 dp=2 mbs=2 gbs=8 zero=3 recompute=none dp_overlap=off grad_dtype=bf16", 12),
     ("torchtitan", "tp=1 pp=1 dp=2 mbs=2 gbs=8 zero=2 recompute=none dp_overlap=off", 10),
+    ("torchtitan", "tp=1 pp=1 dp=2 mbs=2 gbs=8 zero=3 recompute=none dp_overlap=off grad_dtype=fp8", 11),
 ])
 def test_fsdp2_copies_gathers_out_and_gradients_in(tmp_path, stack, plan, nbytes):
     copied, plain = run(stack, "h100-sxm", plan), run(stack_without(stack, "fsdp_copies", tmp_path), "h100-sxm", plan)
