@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from stageopt.validation import scale_pairs
-from tests.validation.test_precision_pairs import comparison
+from test_precision_pairs import comparison  # same folder: pytest puts it on sys.path
 
 
 def at(gpus: int, c):
