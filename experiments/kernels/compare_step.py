@@ -62,6 +62,7 @@ def compare(folder: pathlib.Path, preset: str) -> list[dict]:
             for row in csv.DictReader(handle):
                 wall = float(row["wall_s"])
                 out.append({"config": row["config"], "attention": sdpa, "profile": profile, "measured_s": wall,
+                            "step_mhz": float(row.get("sm_mhz_median") or "nan"), "gemm_s": float(row["gemm_s"]),
                             "kernels_alone_s": predicted_compute_s(row, profile, preset, measured_set),
                             "shipped_s": predicted_compute_s(row, profile, preset, [])})
     return out
@@ -73,10 +74,12 @@ def main():
     parser.add_argument("--preset", default="h100-sxm")
     args = parser.parse_args()
     print("parameters measured alone:", " ".join(measured_parameters(args.folder, args.preset)))
-    print(f"{'config':15s} {'attention':9s} {'measured':>9s} {'kernels alone':>14s} {'shipped':>14s}")
+    gemm_mhz = np.median([float(r["sm_mhz"]) for r in read(args.folder, "gemm")])
+    print(f"GEMMs alone ran at a median {gemm_mhz:.0f} MHz; 'step MHz' is the step's median SM clock")
+    print(f"{'config':15s} {'attention':9s} {'step MHz':>8s} {'measured':>9s} {'kernels alone':>14s} {'shipped':>14s}")
     for r in compare(args.folder, args.preset):
         alone, shipped = (r[k] / r["measured_s"] - 1 for k in ("kernels_alone_s", "shipped_s"))
-        print(f"{r['config']:15s} {r['attention']:9s} {r['measured_s']:8.4f}s {r['kernels_alone_s']:7.4f}s "
+        print(f"{r['config']:15s} {r['attention']:9s} {r['step_mhz']:8.0f} {r['measured_s']:8.4f}s {r['kernels_alone_s']:7.4f}s "
               f"{alone:+5.1%} {r['shipped_s']:7.4f}s {shipped:+5.1%}")
 
 
