@@ -6,9 +6,10 @@ expensive simulations and goes, in order, to
 
 1. ``--seed-plan`` plans;
 2. the analytically best plans (20% of the budget), then a covering sample (up to
-   30%): for every value of every searched dimension that no chosen plan has yet,
-   the analytically best plan with that value (so a disagreement tied to one
-   choice, say tp=8 or full recompute, is measured at least once), then plans at
+   30%): plans that hold every value of every searched dimension no chosen plan has
+   yet, each time the analytically best of the plans that add the most such values
+   (so a disagreement tied to one choice, say tp=8 or full recompute, is measured at
+   least once, within the share, however low its best plan ranks), then plans at
    log-spaced analytical ranks (10%), so the model below sees the whole space;
 3. then, batch by batch, the unsimulated plans with the lowest optimistic
    estimate under a :class:`~stageopt.search.residual.ResidualModel` fitted to
@@ -118,13 +119,14 @@ class Confirmation:
         dims = [d.name for d in self.space.plan_dims]
         covered = {(n, self.census.choices_list[r][n]) for r in chosen for n in dims}
         cover_cap = len(chosen) + math.ceil(COVER_SHARE * budget)
-        for r in order:
-            if len(chosen) >= cover_cap:
+        values = [{(n, self.census.choices_list[int(r)][n]) for n in dims} for r in order]
+        while len(chosen) < cover_cap:  # greedy cover: most new values first, the analytically better on ties
+            gains = [len(v - covered) for v in values]
+            best = int(np.argmax(gains))  # the first (best-ranked) row of the largest gain
+            if gains[best] == 0:
                 break
-            new = {(n, self.census.choices_list[int(r)][n]) for n in dims} - covered
-            if new:
-                chosen.append(int(r))
-                covered |= new
+            chosen.append(int(order[best]))
+            covered |= values[best]
         n_spread = math.ceil(SPREAD_SHARE * budget)
         rng = np.random.default_rng(self.config.seed)
         ranks = np.geomspace(1, max(len(order), 2), n_spread + 2)[1:-1] * rng.uniform(0.8, 1.0, n_spread)
