@@ -52,9 +52,10 @@ def run(args: argparse.Namespace) -> int:
                       align=["left", "left", "right", "right", "right", "right", "right", "right"]))
     print(f"\nframeworks (default {DEFAULT_FRAMEWORK}):")
     profiles = [load_profile(n) for n in list_profiles()]
-    print(render_rows(["name", "low precision", "description"],
-                      [[p.name, ", ".join(p.low_precision) or "-", p.description] for p in profiles],
-                      align=["left", "left", "left"]))
+    print(render_rows(["name", "low precision", "fp8 recipe", "description"],
+                      [[p.name, ", ".join(p.low_precision) or "-", p.fp8_recipe if "fp8" in p.low_precision else "-",
+                        p.description] for p in profiles],
+                      align=["left", "left", "left", "left"]))
     return 0
 
 

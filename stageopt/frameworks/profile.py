@@ -23,6 +23,7 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "du
 BUCKETS = ("layer", "chunk", "stage")
 # Training data types whose linear-layer GEMMs run in low precision (everything else stays BF16).
 LOW_PRECISION_RECIPES = ("fp8", "nvfp4")
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")  # how FP8 casts are scaled (Megatron-Core's --fp8-recipe)
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
 FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1")
@@ -92,6 +93,10 @@ class FrameworkProfile:
     it again in backward (torchao's Float8Linear), so FP8 saves what bf16 saves.
     ``low_precision``: the low-precision GEMM recipes the stack ships (``fp8``;
     ``nvfp4``: Transformer Engine's NVFP4 block scaling, Blackwell only).
+    ``fp8_recipe``: how FP8 training scales its casts where the plan does not say (Megatron-Core's
+    ``--fp8-recipe``, whose default is ``delayed``): ``delayed`` (amax history), ``tensorwise``
+    (current scaling: Megatron-Bridge's FP8-CS, torchao's dynamic Float8) or ``mxfp8`` (Blackwell
+    block scaling); :data:`stageopt.hardware.kernels.FP8_CASTS` prices each.
     ``tp_async_backward``: without userbuffer overlap, a linear layer's backward
     still issues two TP collectives asynchronously, each beside a GEMM of the
     same layer: the re-gather of its sequence-parallel input beside the
@@ -158,6 +163,7 @@ class FrameworkProfile:
     cross_entropy: Literal["te_fused", "in_place", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False
     low_precision: tuple[str, ...] = ("fp8",)
+    fp8_recipe: Literal["delayed", "tensorwise", "mxfp8"] = "delayed"
     tp_async_backward: bool = False
     sp_saves_shard: bool = True
     grad_cast_add: bool = False
@@ -173,6 +179,9 @@ class FrameworkProfile:
         if any(d not in LOW_PRECISION_RECIPES for d in self.low_precision):
             raise ConfigError(f"framework {self.name}: low_precision {list(self.low_precision)} must list "
                               f"some of {', '.join(LOW_PRECISION_RECIPES)}")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ConfigError(f"framework {self.name}: fp8_recipe {self.fp8_recipe!r} unknown; choose from "
+                              f"{', '.join(FP8_RECIPES)}")
         unknown = [s for s in self.schedules if s not in SCHEDULE_NAMES]
         if unknown or not self.schedules:
             raise ConfigError(f"framework {self.name}: schedules {list(self.schedules)} must be a non-empty "

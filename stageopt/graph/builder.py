@@ -83,9 +83,24 @@ class GraphBuilder:
             precision = 1 if any(x.role == "weight" for x in operands) else 0
         attrs = {"spec": spec, "precision": precision if kind == "matmul" else 0, **(extra or {})}
         if kind == "matmul" and len(ins) == 2:
-            attrs["gemm"] = gemm_dims(ins, out, sizes, split)
+            attrs["gemm"] = (*gemm_dims(ins, out, sizes, split), self.cast_elements(inputs, precision))
         self.emit(Op(name=name, kind=kind, inputs=inputs, outputs=(y,), flops=flops, attrs=attrs))
         return y
+
+    def cast_elements(self, inputs: tuple[Tensor, ...], precision: int) -> sp.Expr:
+        """Elements of the activation operand a low-precision GEMM casts (0 unless ``precision`` is 1).
+
+        An operand all-gathered over TP for the GEMM (a sequence-parallel input, or its gradient in
+        backward) is cast on each rank's shard before the gather, which then moves FP8 (Transformer
+        Engine and torchao quantize before their all-gather): 1/tp of the elements the GEMM reads.
+        """
+        if precision != 1:
+            return sp.Integer(0)
+        x = next((t for t in inputs if t.role != "weight"), inputs[0])
+        src = self.producer.get(x.uid)
+        gathered = (src is not None and src.kind == "comm" and src.attrs.get("axis") == "tp"
+                    and src.collective is not None and src.collective.kind == "all_gather")
+        return (src.inputs[0] if gathered else x).local_numel()
 
     def vector(self, name: str, inputs: tuple[Tensor, ...], *, flops_per_elem: float = 1,
                bwd_flops_per_elem: float = 2, needs: tuple[str, ...] = (), out_dtype: int | None = None,
@@ -123,3 +138,4 @@ class GraphBuilder:
         y = self.derive(t, name, shape=shape, layout=layout)
         self.emit(Op(name=name, kind="view", inputs=(t,), outputs=(y,), attrs={"dim_map": dim_map}))
         return y
+

@@ -176,13 +176,13 @@ def kernel_name(op: Op) -> str:
     return op.kind
 
 
-GEMM_FIELDS = ("m", "n", "k", "batch")
+GEMM_FIELDS = ("m", "n", "k", "batch", "cast")  # "cast": elements a low-precision GEMM casts (builder.einsum)
 
 
 def gemm_shape(op: Op) -> tuple[sp.Expr, ...]:
     """Per-rank (m, n, k, batch) of a matmul op; (0, 0, FLOPs per score, 0) of an attention op
     (:func:`stageopt.graph.tensor.score_shape`); zeros for other kernels (priced by FLOPs or bytes)."""
-    return tuple(op.attrs.get("gemm", (sp.Integer(0),) * 4))
+    return tuple(op.attrs.get("gemm", (sp.Integer(0),) * len(GEMM_FIELDS)))
 
 
 @dataclass(frozen=True)

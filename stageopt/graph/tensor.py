@@ -75,13 +75,13 @@ def score_shape(flops_per_score: sp.Expr) -> tuple[sp.Expr, ...]:
     model counts the exponentials its softmax computes as ``flops / k``.
     """
     zero = sp.Integer(0)
-    return (zero, zero, sp.sympify(flops_per_score), zero)
+    return (zero, zero, sp.sympify(flops_per_score), zero, zero)
 
 
 def backward_score_shape(forward: "Op") -> tuple[sp.Expr, ...]:
     """The backward kernel's scores are the forward's (each recomputed once), over twice its model FLOPs."""
     fwd = forward.attrs.get("gemm")
-    return score_shape(2 * fwd[2]) if fwd is not None else (sp.Integer(0),) * 4
+    return score_shape(2 * fwd[2]) if fwd is not None else (sp.Integer(0),) * 5
 
 
 @dataclass(eq=False, slots=True)

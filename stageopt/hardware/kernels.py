@@ -36,8 +36,11 @@ in FP8 (FP4) (the Transformer Engine recipes); attention, the router, the output
 layer and all elementwise work stay in BF16. A low-precision forward or
 data-gradient GEMM first casts its activation operand (read BF16, write the
 row-wise and the column-wise low-precision copies: 2 + 2 x 1 bytes an element
-for FP8, 2 + 2 x 0.5625 for NVFP4 with its block scales), priced as one extra
-memory-bound kernel. NVFP4 GEMMs run at the FP4 peak.
+for FP8, 2 + 2 x 0.5625 for NVFP4 with its block scales), priced as extra
+memory-bound kernels. NVFP4 GEMMs run at the FP4 peak. How FP8 casts depends on
+the recipe (:data:`FP8_CASTS`): delayed scaling casts in one pass, current
+(tensorwise) scaling reads the input once more for its amax first, and a grouped
+expert GEMM casts its experts one by one except under delayed scaling.
 
 Gradient accumulation: where the stack fuses it into the weight-gradient GEMM
 (``wgrad_store_bytes``), that GEMM's epilogue reads the main-gradient buffer
@@ -64,6 +67,25 @@ KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vect
 # cast already (weight gradient: it reuses the transposed copies made for the others).
 HIGH, LOWP_CAST, LOWP = 0, 1, 2
 
+# What casting one FP8 GEMM operand costs under each scaling recipe (Megatron-Core's --fp8-recipe names):
+# (bytes an element read beyond the cast's own, kernels, one cast per expert of a grouped GEMM, a gathered
+# operand's column-wise copy made after the gather). A cast reads BF16 (2 bytes) and writes a row-wise and a
+# column-wise copy (1 + 1). An operand all-gathered over TP (sequence parallelism) is cast on each rank's shard
+# and gathered in FP8; Transformer Engine "cannot directly all-gather the transposed FP8 tensor", so per-tensor
+# recipes cast the shard row-wise only and transpose the gathered tensor (read 1, write 1, one more kernel:
+# _all_gather_fp8, transformer_engine/pytorch/distributed.py), while block-scaled copies gather both directions.
+# delayed: one cast-transpose kernel takes the amax in the same pass; a grouped GEMM's experts are cast by one
+#   multi-tensor kernel (Transformer Engine's nvte_multi_cast_transpose, which it has "only for FP8 delayed
+#   scaling": multi_tensor_quantize_impl, transformer_engine/pytorch/csrc/extensions/cast.cpp).
+# tensorwise (current scaling): an amax kernel reads the input, a kernel turns the amax into the scale, then the
+#   cast (Float8CurrentScalingQuantizer::quantize_impl, transformer_engine/pytorch/csrc/quantizer.cpp); torchao's
+#   dynamic tensorwise Float8 likewise reads the input twice.
+# mxfp8: one cast kernel, which also writes an E8M0 scale for every 32 elements in each direction.
+FP8_CASTS: dict[str, tuple[float, int, bool, bool]] = {"delayed": (0.0, 1, False, True),
+                                                       "tensorwise": (2.0, 3, True, True),
+                                                       "mxfp8": (2.0 / 32, 1, True, False)}
+NVFP4_CAST = (0.0, 1, False, False)  # Transformer Engine's NVFP4: block scales, gathered in both directions
+
 
 @dataclass(frozen=True)
 class Kernels:
@@ -80,10 +102,12 @@ class Kernels:
     backward: np.ndarray
     count: np.ndarray | int = 1  # kernels each entry stands for (eager elementwise ops launch several)
     gpus: np.ndarray | int = 1  # GPUs kept in lockstep with this one (the plan's world): the slowest sets the pace
+    cast: np.ndarray | None = None  # elements a low-precision GEMM's cast reads (None: its m x k x batch)
 
 
 def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best",
-                   cuda_graphs: bool = False, wgrad_store_bytes: float | None = None) -> np.ndarray:
+                   cuda_graphs: bool = False, wgrad_store_bytes: float | None = None,
+                   fp8_recipe: str = "delayed") -> np.ndarray:
     """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | fa2).
 
     With ``cuda_graphs`` the kernels are replayed from a CUDA graph: each pays
@@ -106,9 +130,7 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     shaped = kern.m * kern.n * kern.k * kern.batch > 0
     padded = np.where(shaped, gemm_tiled_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
                                                np.maximum(kern.batch, 1), eff.matmul, gpu.sm_count), kern.flops)
-    cast_bytes = (2.0 + 2.0 * DTYPE_BYTES[dtype]) if low else 0.0  # read BF16, write two low-precision copies
-    cast = np.where(lowp & (kern.precision == LOWP_CAST),
-                    launch + cast_bytes * kern.m * kern.k * kern.batch / bandwidth, 0.0)
+    cast_launches, cast = _cast_seconds(dtype, kern, lowp, launch, bandwidth, fp8_recipe)
     written = np.where(shaped, kern.m * kern.n * kern.batch * DTYPE_BYTES[high] / bandwidth, 0.0)
     reads = np.maximum(memory - written, 0.0)
     wgrad = (kern.precision == LOWP) & np.asarray(kern.backward, dtype=bool)
@@ -124,11 +146,37 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     attention = launch + attn_flops / (attn_fraction * attn_peak) + gpu.exp_seconds(scores) * slowest
     vector = launch * launches + memory
     device = np.where(kern.code == 3, vector, np.where(kern.code == 0, matmul, attention))
-    return np.maximum(device, host * launches)
+    return np.maximum(device, host * (launches + cast_launches))
+
+
+def cast_launches(dtype: str, kern: Kernels, fp8_recipe: str = "delayed") -> np.ndarray:
+    """Kernels each entry launches to cast its operand before a low-precision GEMM (0 for no cast)."""
+    return _cast_plan(dtype, kern, fp8_recipe)[0]
+
+
+def _cast_plan(dtype: str, kern: Kernels, fp8_recipe: str):
+    """(kernels, bytes moved) of each entry's cast, as :data:`FP8_CASTS` says; zero where there is none."""
+    extra, kernels, per_expert, transposes = FP8_CASTS[fp8_recipe] if dtype == "fp8" else NVFP4_CAST
+    low = DTYPE_BYTES[dtype] if dtype in LOW_PRECISION_RECIPES else 0.0
+    full = np.asarray(kern.m * kern.k * kern.batch, dtype=float)
+    own = full if kern.cast is None else np.asarray(kern.cast, dtype=float)  # this rank's shard if gathered
+    gathered = transposes & (own < full)
+    casts = (low > 0) & (np.asarray(kern.precision) == LOWP_CAST) & (own > 0)
+    launches = kernels * (np.maximum(kern.batch, 1) if per_expert else 1) + gathered
+    moved = np.where(gathered, (2.0 + low + extra) * own + 2.0 * low * full, (2.0 + 2.0 * low + extra) * own)
+    return np.where(casts, launches, 0), np.where(casts, moved, 0.0)
+
+
+def _cast_seconds(dtype: str, kern: Kernels, lowp, launch: float, bandwidth: float, fp8_recipe: str):
+    """Kernels and seconds of the cast before each low-precision GEMM that casts its activation operand."""
+    launches, moved = _cast_plan(dtype, kern, fp8_recipe)
+    launches = np.where(lowp, launches, 0)
+    return launches, np.where(launches > 0, launch * launches + moved / bandwidth, 0.0)
 
 
 def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, attention_kernel: str = "best",
-                           cuda_graphs: bool = False, wgrad_store_bytes: float | None = None) -> np.ndarray:
+                           cuda_graphs: bool = False, wgrad_store_bytes: float | None = None,
+                           fp8_recipe: str = "delayed") -> np.ndarray:
     """:func:`kernel_seconds`, with each group of fused GEMMs priced as the one GEMM it is.
 
     ``groups`` labels each kernel (axis 0) with its fused GEMM (-1: none); a
@@ -138,7 +186,7 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
     weight gradient. The group is priced as that one GEMM and its members share
     its time in proportion to their FLOPs.
     """
-    times = kernel_seconds(hw, dtype, kern, attention_kernel, cuda_graphs, wgrad_store_bytes)
+    times = kernel_seconds(hw, dtype, kern, attention_kernel, cuda_graphs, wgrad_store_bytes, fp8_recipe)
     groups = np.asarray(groups)
     shape = np.broadcast_shapes(*(np.shape(getattr(kern, f)) for f in ("flops", "m", "n", "k", "batch")))
     full = {f: np.broadcast_to(np.asarray(getattr(kern, f), dtype=float), shape) for f in
@@ -149,11 +197,13 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
         dims = {f: (full[f][idx].sum(axis=0) if f == joined else full[f][idx[0]])[None]
                 for f in ("m", "n", "k", "batch")}
         flops = full["flops"][idx]
+        cast = None if kern.cast is None else np.broadcast_to(np.asarray(kern.cast, dtype=float), shape)[idx]
+        cast = None if cast is None else (cast.sum(axis=0) if joined == "k" else cast[0])[None]  # one input, or joined
         one = Kernels(code=np.zeros(1, dtype=int)[:, None] if flops.ndim > 1 else np.zeros(1, dtype=int),
-                      flops=flops.sum(axis=0)[None], nbytes=full["nbytes"][idx].sum(axis=0)[None],
+                      flops=flops.sum(axis=0)[None], nbytes=full["nbytes"][idx].sum(axis=0)[None], cast=cast,
                       precision=np.asarray(kern.precision)[idx[:1]], backward=np.asarray(kern.backward)[idx[:1]],
                       gpus=kern.gpus, **dims)
-        together = kernel_seconds(hw, dtype, one, attention_kernel, cuda_graphs, wgrad_store_bytes)[0]
+        together = kernel_seconds(hw, dtype, one, attention_kernel, cuda_graphs, wgrad_store_bytes, fp8_recipe)[0]
         share = np.divide(flops, flops.sum(axis=0), out=np.full_like(flops, 1.0 / len(idx)),
                           where=flops.sum(axis=0) > 0)
         times[idx] = together * share
@@ -161,7 +211,7 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
 
 
 def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chunks=1, attention_kernel: str = "best",
-                           wgrad_store_bytes: float | None = None) -> np.ndarray:
+                           wgrad_store_bytes: float | None = None, fp8_recipe: str = "delayed") -> np.ndarray:
     """:func:`grouped_kernel_seconds` with each GEMM run as ``chunks`` GEMMs of 1/chunks of its rows.
 
     Transformer Engine's userbuffer overlap runs the GEMM it pipelines so, one chunk per piece of
@@ -171,13 +221,15 @@ def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chun
     members share as they share its time. ``chunks`` broadcasts against the kernels' arrays.
     """
     if np.ndim(chunks) == 0 and chunks == 1:
-        return grouped_kernel_seconds(hw, dtype, kern, groups, attention_kernel, wgrad_store_bytes=wgrad_store_bytes)
+        return grouped_kernel_seconds(hw, dtype, kern, groups, attention_kernel, wgrad_store_bytes=wgrad_store_bytes,
+                                      fp8_recipe=fp8_recipe)
     chunks = np.asarray(chunks, dtype=float)
     scaled = Kernels(code=kern.code, flops=np.asarray(kern.flops) / chunks, nbytes=np.asarray(kern.nbytes) / chunks,
                      m=np.asarray(kern.m) / chunks, n=kern.n, k=kern.k, batch=kern.batch, precision=kern.precision,
-                     backward=kern.backward, count=kern.count, gpus=kern.gpus)
+                     backward=kern.backward, count=kern.count, gpus=kern.gpus,
+                     cast=None if kern.cast is None else np.asarray(kern.cast) / chunks)
     times = chunks * grouped_kernel_seconds(hw, dtype, scaled, groups, attention_kernel,
-                                            wgrad_store_bytes=wgrad_store_bytes)
+                                            wgrad_store_bytes=wgrad_store_bytes, fp8_recipe=fp8_recipe)
     flops = np.broadcast_to(np.asarray(kern.flops, dtype=float), np.shape(times))
     groups = np.asarray(groups)
     share = np.ones_like(times)
@@ -187,4 +239,5 @@ def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chun
         share[idx] = np.divide(flops[idx], total, out=np.full_like(flops[idx], 1.0 / len(idx)), where=total > 0)
     gemm = np.asarray(kern.code) == KERNEL_CODES["matmul"]
     launch = hw.gpu.efficiency.launch_us * 1e-6
-    return times - np.where(gemm, (chunks - 1) * launch * share, 0.0)
+    once = 1 + cast_launches(dtype, kern, fp8_recipe)  # the GEMM's launch and its cast's run once per GEMM
+    return times - np.where(gemm, (chunks - 1) * launch * once * share, 0.0)

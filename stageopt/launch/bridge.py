@@ -19,8 +19,9 @@ from stageopt.launch.megatron import pipeline_layout
 from stageopt.model import ModelSpec
 from stageopt.parallel.plan import Plan
 
-MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed",
-                   "nvfp4": "bf16_with_nvfp4_mixed"}
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
+FP8_MIXED_PRECISION = {"delayed": "bf16_with_fp8_delayed_scaling_mixed",  # Megatron-Bridge training/mixed_precision.py
+                       "tensorwise": "bf16_with_fp8_current_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
 
 
 def bridge_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
@@ -35,7 +36,7 @@ def bridge_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
         raise refuse("megatron-bridge", "its mixed-precision recipes are bf16, fp16, fp8 or nvfp4",
                      "export with dtype=bf16")
     items = {**_parallelism(model, plan), **_batch(model, plan), **_data_parallel(plan), **_recompute(plan),
-             **_execution(model, plan), "mixed_precision": MIXED_PRECISION[plan.dtype]}
+             **_execution(model, plan), "mixed_precision": _mixed_precision(plan)}
     overrides = [f"{key}={_value(value)}" for key, value in items.items()]  # what Hydra reads
     notes = ["append to your recipe's training command (e.g. examples/recipes/...py); model architecture comes "
              "from the recipe", "gradient reduction dtype: the mixed_precision recipe's"]
@@ -124,3 +125,8 @@ def _execution(model: ModelSpec, plan: Plan) -> dict[str, object]:
     if plan.ep_overlap:  # combined 1F1B; the harness's moe_a2a_overlap also delays wgrad, which we do not model
         out.update({"comm_overlap.overlap_moe_expert_parallel_comm": True, "model.moe_shared_expert_overlap": False})
     return out
+
+
+def _mixed_precision(plan: Plan) -> str:
+    """The recipe's mixed_precision preset for the plan's dtype (FP8: its scaling recipe)."""
+    return FP8_MIXED_PRECISION[plan.fp8_recipe] if plan.dtype == "fp8" else MIXED_PRECISION[plan.dtype]

@@ -132,7 +132,7 @@ def _memory(plan: Plan) -> list[Flag]:
 
 def _precision(plan: Plan) -> list[Flag]:
     flags: list[Flag] = {"bf16": [("--bf16", None)], "fp16": [("--fp16", None)],
-                         "fp8": [("--bf16", None), ("--fp8-format", "hybrid")],
+                         "fp8": [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-recipe", plan.fp8_recipe)],
                          "nvfp4": [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4"),
                                    ("--fp4-param-gather", None)], "fp32": []}[plan.dtype]
     if plan.grad_dtype == "bf16" and plan.dtype in ("bf16", "fp8", "nvfp4"):

@@ -48,8 +48,12 @@ def torchtitan_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
     else:
         notes.append(f"model {model.name!r} has no torchtitan flavor known to stageopt: add [model] name and flavor")
     if plan.dtype == "fp8":
-        converters = ["quantize.linear.float8"] + (["quantize.grouped_mm.float8"] if model.is_moe else [])
+        kind = "mx" if plan.fp8_recipe == "mxfp8" else "float8"  # torchao's MXFP8, else its tensorwise Float8
+        converters = [f"quantize.linear.{kind}"] + ([f"quantize.grouped_mm.{kind}"] if model.is_moe else [])
         config.setdefault("model", {})["converters"] = converters
+        if plan.fp8_recipe == "delayed":
+            notes.append("fp8_recipe=delayed: torchao's Float8 scales each tensor from its current amax (no delayed "
+                         "scaling); simulate with fp8_recipe=tensorwise to match")
     config["training"] = _training(model, plan)
     config["parallelism"] = _parallelism(model, plan, notes)
     config["activation_checkpoint"] = _checkpointing(model, plan)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
+from stageopt.frameworks.profile import FP8_RECIPES
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields,  # noqa: F401 (re-exported)
@@ -102,6 +103,9 @@ class Plan:
     1F1B): one micro-batch's dispatch and combine all-to-alls run under the other's compute. It
     needs no full recompute, no ``moe_overlap``, and with pp > 1 the interleaved schedule; with ep = 1 it is off.
 
+    ``fp8_recipe`` (Megatron-Core's ``--fp8-recipe``; None: the stack's) is how ``dtype=fp8`` scales
+    its casts: ``delayed``, ``tensorwise`` (current scaling) or ``mxfp8`` (kernels.FP8_CASTS).
+
     Expert tensor parallelism (Megatron-Core's ``--expert-tensor-parallel-size``):
     ``etp`` 0 (or ``tp``) splits every routed expert over the TP group as the dense
     MLP is; ``etp=1`` keeps experts whole on every TP rank, which routes its own
@@ -123,6 +127,7 @@ class Plan:
     schedule: str = "1f1b"
     dtype: str = "bf16"
     grad_dtype: str | None = None
+    fp8_recipe: str | None = None
     dp_overlap: bool | None = None
     tp_overlap: bool | None = None
     first_layers: int = 0
@@ -163,7 +168,7 @@ class Plan:
                                  f"got {shorten(self.schedule)}")
         if self.adam_moments not in ("fp32", "bf16"):
             raise InfeasiblePlan(f"plan field 'adam_moments' must be fp32 or bf16, got {shorten(self.adam_moments)}")
-        for name, allowed in (("dtype", tuple(DTYPES)), ("grad_dtype", GRAD_DTYPES)):
+        for name, allowed in (("dtype", tuple(DTYPES)), ("grad_dtype", GRAD_DTYPES), ("fp8_recipe", FP8_RECIPES)):
             if getattr(self, name) not in allowed:
                 raise InfeasiblePlan(f"plan field '{name}' must be one of {', '.join(allowed)}, "
                                      f"got {shorten(getattr(self, name))}")
@@ -176,6 +181,8 @@ class Plan:
         check_offload(self)
         check_recompute_layers(self)
         check_ep_overlap(self)
+        if self.dtype != "fp8":  # the scaling recipe is an FP8 choice: other dtypes keep the stack's
+            object.__setattr__(self, "fp8_recipe", self.framework.fp8_recipe)
         if self.sp and self.tp == 1:
             object.__setattr__(self, "sp", False)  # sequence parallelism is a no-op without TP
 
@@ -201,6 +208,7 @@ class Plan:
                 "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
                 "moe_overlap": stack.moe_shared_expert_overlap,
                 "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher,
+                "fp8_recipe": stack.fp8_recipe,
                 "cp_comm": stack.cp_comm if self.cp > 1 else "all_gather"}  # no K/V to exchange without CP
 
     def _fill_from_framework(self) -> None:
@@ -325,6 +333,7 @@ class Plan:
                  "moe_overlap=on" if self.moe_overlap else "", "ep_overlap=on" if self.ep_overlap else "",
                  f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
                  f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
+                 f"fp8_recipe={self.fp8_recipe}" if self.fp8_recipe != self.framework.fp8_recipe else "",
                  f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else "",
                  f"recompute_modules={self.recompute_modules}" if self.recompute_modules else "",
                  f"adam_moments={self.adam_moments}" if self.adam_moments != "fp32" else "",

@@ -32,11 +32,11 @@ def kernel_durations(comp: list, plan, hw: Hardware, chunks: int = 1) -> np.ndar
         code=np.array([KERNEL_CODES[n.kernel] for n in comp]),
         flops=np.array([n.num_ops for n in comp], dtype=float),
         nbytes=np.array([n.tensor_size for n in comp], dtype=float),
-        m=shape[0], n=shape[1], k=shape[2], batch=shape[3],
+        m=shape[0], n=shape[1], k=shape[2], batch=shape[3], cast=shape[4],
         precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
         count=np.array([n.launches for n in comp]), gpus=plan.gpus),
         np.array([n.gemm_group for n in comp]), chunks, plan.framework.attention_kernel,
-        wgrad_store_bytes=plan.wgrad_store_bytes)
+        wgrad_store_bytes=plan.wgrad_store_bytes, fp8_recipe=plan.fp8_recipe)
 
 
 def userbuffer_partners(nodes, tp: int) -> dict[int, list[int]]:

@@ -51,7 +51,7 @@ class ProgramNode:
     peer: str = ""  # next | prev (send / recv)
     tag: int = 0
     kernel: str = ""  # comp: matmul | attention | attention_causal | vector (for kernel time models)
-    gemm: tuple[int, int, int, int] = (0, 0, 0, 0)  # comp matmul: per-rank m, n, k, batch
+    gemm: tuple[int, ...] = (0, 0, 0, 0, 0)  # comp matmul: per-rank m, n, k, batch, elements its cast reads
     precision: int = 0  # comp: precision class of stageopt.hardware.kernels
     launches: int = 1  # comp: kernels the node stands for
     overlap: tuple[int, ...] = ()  # coll: ids of the GEMM nodes it pipelines with (TP overlap)

@@ -117,7 +117,7 @@ class _Builder:
         return nid
 
     def comp(self, name: str, phase: str, data: list[int], num_ops: int, tensor_size: int, kernel: str = "",
-             gemm: tuple[int, int, int, int] = (0, 0, 0, 0), precision: int = 0, launches: int = 1,
+             gemm: tuple[int, ...] = (0, 0, 0, 0, 0), precision: int = 0, launches: int = 1,
              wgrad: bool = False) -> int:
         nid = self.add(name, COMP, phase, data, self.stream, num_ops=num_ops, tensor_size=tensor_size, kernel=kernel,
                        gemm=gemm, precision=precision, launches=launches, wgrad=wgrad)
@@ -191,7 +191,7 @@ class _StageBuilder(GradSync):
             if op.kind == COMP:
                 at = op.values
                 nid = b.comp(name, op.phase, deps, vals[at], vals[at + 1], op.kernel,
-                             tuple(int(v) for v in vals[at + 2:at + 6]), op.precision, op.launches, op.wgrad)
+                             tuple(int(v) for v in vals[at + 2:at + 7]), op.precision, op.launches, op.wgrad)
             else:
                 nid = b.add(name, COLL, op.phase, deps, collective=op.collective, comm_size=vals[op.values],
                             group=op.axis, group_size=sizes[op.axis])

@@ -3,7 +3,7 @@
 Why canonical: samplers and the census meet choices that mean the same plan;
 mapping them to one plan makes repeats cache hits that cost nothing (and keeps
 the census from scoring one plan twice); the canonical string is the cache key.
-Rules 3, 4, 6, 7, 9 and 12 merge plans whose every simulated number is provably the
+Rules 3, 4, 6, 7, 9, 12 and 14 merge plans whose every simulated number is provably the
 same (``tests/search/test_canonical.py`` checks each against the analytical
 model and the event replay); rules 1, 2, 5 and 8 give a choice that has no meaning
 its only meaning:
@@ -38,6 +38,7 @@ its only meaning:
     the model's layers re-runs every layer of every chunk, as 0 does: 0.
 13. Combined-1F1B overlap hides expert all-to-alls; with ep=1 there are none: ep_overlap=off
     (the plan also resets it).
+14. The FP8 scaling recipe means nothing unless dtype=fp8: the stack's (the plan also resets it).
 
 Choices that cannot run (divisibility, degrees that do not multiply to the GPU
 count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
@@ -160,6 +161,8 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["etp"] = 0
     if int(v["ep"]) == 1:  # type: ignore[arg-type]
         v["ep_overlap"] = False
+    if v["dtype"] != "fp8":
+        v["fp8_recipe"] = None
     if v["recompute"] != "full" or int(v["recompute_layers"]) >= model.layers:  # type: ignore[arg-type]
         v["recompute_layers"] = 0
     zero = v["zero"] if v["zero"] is not None else framework.default_zero(dp, cp)

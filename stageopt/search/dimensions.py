@@ -25,6 +25,7 @@ from typing import Any, Union
 import optuna
 
 from stageopt.errors import ConfigError
+from stageopt.frameworks.profile import FP8_RECIPES
 from stageopt.hardware import Hardware
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_COUNT, PLAN_BOUNDS, check_count
@@ -37,7 +38,8 @@ Value = Union[int, float, str, bool, None]
 # batch is training.global_batch; the software stack is the space's ``framework`` key.
 NOT_PLAN_DIMS = ("dp", "gbs", "framework")
 CHOICES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dtype": tuple(DTYPES),
-                                       "grad_dtype": GRAD_DTYPES, "cp_comm": CP_COMMS, "dispatcher": DISPATCHERS}
+                                       "grad_dtype": GRAD_DTYPES, "cp_comm": CP_COMMS, "dispatcher": DISPATCHERS,
+                                       "fp8_recipe": FP8_RECIPES}
 HW_ALIASES = {"node_gpus": "node.gpus", "scaleout_gbps": "scaleout.bandwidth_gbps", "hbm_gib": "gpu.hbm_gib",
               "reserve_gib": "gpu.reserve_gib"}
 OBJECTIVES = ("time", "throughput", "cost", "mfu")

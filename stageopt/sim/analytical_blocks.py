@@ -38,9 +38,10 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
         return chunked_kernel_seconds(hw, proto.dtype, Kernels(
             code=np.array([KERNEL_CODES[k] for k in table.kernels], dtype=int)[:, None],
             flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
+            cast=rows["cast"],
             precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
             count=table.launches[:, None], gpus=world), table.groups, chunks, proto.framework.attention_kernel,
-            wgrad_store_bytes=proto.wgrad_store_bytes)
+            wgrad_store_bytes=proto.wgrad_store_bytes, fp8_recipe=proto.fp8_recipe)
 
     times = priced()
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),

@@ -40,6 +40,7 @@ MEGATRON = {
     "--expert-tensor-parallel-size": int,  # G
     "--fp16": None,  # T
     "--fp8-format": {"e4m3", "hybrid"}, "--grad-reduce-in-bf16": None,  # E
+    "--fp8-recipe": {"delayed", "tensorwise", "mxfp8", "blockwise", "custom"},  # C: megatron/core/enums.py Fp8Recipe
     "--attention-backend": {"flash", "fused", "unfused", "local", "auto"},  # E (values: C)
     "--attention-dropout": float, "--hidden-dropout": float,  # E
     "--num-distributed-optimizer-instances": int,  # C: DistributedDataParallelConfig (HSDP with Megatron-FSDP too)
@@ -95,7 +96,8 @@ BRIDGE = {
     "comm_overlap.tp_comm_overlap": bool,  # O
     "model.attention_dropout": float, "model.hidden_dropout": float,  # M
     "mixed_precision": {"bf16_mixed", "fp16_mixed", "bf16_with_fp8_current_scaling_mixed",
-                        "bf16_with_nvfp4_mixed"},  # M, X ("NVFP4 Recipe Examples")
+                        "bf16_with_fp8_delayed_scaling_mixed", "bf16_with_mxfp8_mixed",
+                        "bf16_with_nvfp4_mixed"},  # M, X ("NVFP4 Recipe Examples"), training/mixed_precision.py
     "ddp.num_distributed_optimizer_instances": int,  # F (HSDP across NVLink domains)
     "model.hierarchical_context_parallel_sizes": str,  # Q (a Hydra list, "[a2a,p2p]", with cp_comm_type a2a+p2p)
     # TransformerConfig fields the model provider exposes; the DeepSeek-V3 performance recipes set both

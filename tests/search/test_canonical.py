@@ -25,6 +25,7 @@ PAIRS = [
     ("no shared experts: no MoE overlap", f"tp=2 pp=2 moe_overlap=on {BASE}", f"tp=2 pp=2 moe_overlap=off {BASE}"),
     ("recompute_layers >= layers: every layer", f"tp=2 pp=2 recompute=full recompute_layers=32 {BASE}",
      f"tp=2 pp=2 recompute=full {BASE}"),
+    ("bf16: no FP8 recipe", f"tp=2 pp=2 dtype=bf16 fp8_recipe=tensorwise {BASE}", f"tp=2 pp=2 dtype=bf16 {BASE}"),
 ]
 # Rule 8 (cp_comm with cp=1) is enforced by Plan itself, which resets it (tests/core/test_cp_variants.py).
 
