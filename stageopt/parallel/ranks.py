@@ -44,6 +44,10 @@ GROUP_AXES: dict[str, tuple[str, ...]] = {
     "replicate": ("dpr",),
     "cpa": ("cpa",),
 }
+# "embd" is no product of axes: the first and the last pipeline stage's ranks of the same other
+# coordinates, which share the tied input and output embedding and all-reduce its gradient every step
+# (Megatron's embedding group, finalize_model_grads; DeepSpeed's tied-weight groups).
+EMBEDDING_GROUP = "embd"
 _DENSE_ORDER = ("tp", "cpa", "cp", "dps", "dpr", "pp")
 _EXPERT_ORDER = ("etp", "xep", "xdp", "pp")
 
@@ -95,12 +99,16 @@ def rank_of(plan: Plan, coords: dict[str, int], order: tuple[str, ...] = _DENSE_
 
 
 def group_size(plan: Plan, kind: str) -> int:
+    if kind == EMBEDDING_GROUP:
+        return 2 if plan.pp > 1 else 1
     return int(np.prod([axis_degrees(plan)[a] for a in GROUP_AXES[kind]]))
 
 
 def group_members(plan: Plan, kind: str, rank: int) -> list[int]:
     """Ranks in the ``kind`` group that contains ``rank`` (ascending)."""
     base = coords_of(plan, rank)
+    if kind == EMBEDDING_GROUP:
+        return sorted({rank_of(plan, {**base, "pp": 0}), rank_of(plan, {**base, "pp": plan.pp - 1})})
     axes = GROUP_AXES[kind]
     members = [rank_of(plan, {**base, **dict(zip(axes, idx))}, _order(axes))
                for idx in np.ndindex(*[axis_degrees(plan)[a] for a in axes])]
@@ -115,6 +123,10 @@ def all_groups(plan: Plan, kind: str) -> np.ndarray:
     size = group_size(plan, kind)
     if size == 1:
         return np.zeros((0, 1), dtype=np.int64)
+    if kind == EMBEDDING_GROUP:  # pp is the outermost axis: the first and the last block of ranks
+        stage = plan.gpus // plan.pp
+        first = np.arange(stage, dtype=np.int64)
+        return np.stack([first, first + (plan.pp - 1) * stage], axis=1)
     degs = axis_degrees(plan)
     axes = GROUP_AXES[kind]
     order = _order(axes)
@@ -138,6 +150,8 @@ def group_stride(plan: Plan, kind: str) -> int:
     Axes of degree 1 are skipped: an expert-gradient group (``edp_cp``) steps
     by ``etp * ep``, an expert-parallel group by ``etp``.
     """
+    if kind == EMBEDDING_GROUP:
+        return (plan.pp - 1) * (plan.gpus // plan.pp)
     stride = 1
     axes = GROUP_AXES[kind]
     degrees = axis_degrees(plan)

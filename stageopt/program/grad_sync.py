@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stageopt.parallel.ranks import EMBEDDING_GROUP
 from stageopt.program.nodes import COLL
 from stageopt.program.params import BlockParams, ceil_div
 from stageopt.workload.memory import shard_degrees, stage_params
@@ -105,11 +106,24 @@ class GradSync:
                                      group=group, group_size=size, comm_size=params * plan.grad_bytes)
                 self.reductions.append(self.across_replicas(reduced, group, params, size, "dp"))
 
+    def tied_embedding_sync(self) -> None:
+        """Input embedding tied to the output layer: the first and the last stage all-reduce its gradient
+        once the data-parallel reduction is done, before the optimizer (Megatron's
+        ``_allreduce_word_embedding_grads``; DeepSpeed's tied-weight reduction)."""
+        plan, model = self.plan, self.work.model
+        if not model.tied_embeddings or plan.pp == 1 or plan.step_zero >= 3 or self.stage not in (0, plan.pp - 1):
+            return
+        deps = tuple(self.reductions) or tuple(self.b.stream_point())
+        self.reductions.append(self.b.add("tied_embedding_grads", COLL, "dp", deps, collective="all_reduce",
+                                          group=EMBEDDING_GROUP, group_size=2,
+                                          comm_size=ceil_div(model.vocab * model.hidden, plan.tp) * plan.grad_bytes))
+
     def finish(self) -> None:
         """Remaining buckets, the optimizer step, then ZeRO 1-2 parameter gathers."""
         if self.pending is not None:
             self.pending.deps.extend(self.b.stream_point())
             self.flush_bucket()
+        self.tied_embedding_sync()
         plan = self.plan
         dense, expert = stage_params(self.work, self.stage)
         dense_shard, expert_shard = shard_degrees(self.work)

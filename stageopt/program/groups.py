@@ -21,7 +21,8 @@ import numpy as np
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.ranks import all_groups
 
-KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate", "cpa")
+KIND_ORDER = ("tp", "cp", "ep", "dp_cp", "edp_cp", "dp", "pp", "tp_dp_cp", "tp_edp_cp", "shard_cp", "replicate", "cpa",
+              "embd")
 TIER_PARTS = ("", "node", "nodes")  # a whole group, its members in one node, one member per node
 
 

@@ -82,11 +82,12 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict
     stages = []
     c["t_p2p"] = t_p2p
     offload, parts_offload = _offload(model, hw, proto, cost, c)
+    tied = model.vocab * model.hidden / c["tp"] if model.tied_embeddings else 0.0  # shared weight per rank
     for s in range(tables["valid"].shape[1]):
         comp = stage_column(tables, s)
         valid = tables["valid"][:, s]
         parts = stage_time_parts(cost, comp, t_p2p, c)
-        tail = stage_tail(hw, proto, cost, comp, c, m)
+        tail = stage_tail(hw, proto, cost, comp, c, m, tied)
         parts["zero3"] = zero3_exposed(hw, tail, parts["compute"], proto.framework.zero3_prefetch)
         parts["offload"] = parts_offload  # pp = 1 wherever it is not zero
         parts["time"] = sum(parts[k] for k in ("compute", "tp", "cp", "ep", "p2p", "zero3", "offload"))

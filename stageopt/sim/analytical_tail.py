@@ -14,8 +14,13 @@ from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_stages import stage_params
 
 
-def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray) -> dict[str, np.ndarray]:
-    """Exposed data-parallel reduction and the optimizer step of one stage."""
+def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray,
+               tied_params=0.0) -> dict[str, np.ndarray]:
+    """Exposed data-parallel reduction and the optimizer step of one stage.
+
+    ``tied_params``: parameters per rank of an input embedding tied to the output layer (0: untied);
+    the first and the last pipeline stage all-reduce its gradient after the reduction (:func:`tied_sync`).
+    """
     dense, expert = stage_params(cost, comp, c)
     expert_n, expert_stride = _expert_group(c)
     shard = c["shard_dp"] * c["cp"]  # one sharded copy (all of dp unless hybrid sharding)
@@ -53,7 +58,7 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     gather_exposed = np.where(overlap, np.maximum(gather_t / layers, gather_t - fwd_one), gather_t)
     hidden = grad_t - grad_exposed + gather_t - gather_exposed
     exposed = grad_exposed + gather_exposed + contention_share(hw) * hidden
-    dp_time = np.where(zero >= 3, 0.0, exposed)
+    dp_time = np.where(zero >= 3, 0.0, exposed + tied_sync(hw, comp, c, tied_params, g_bytes))
     bucket = stack.zero3_bucket_params
     gathers = sum(sync("all_gather", p, n, s, w_bytes, bucket, per_block=True) for p, n, s in groups)
     scatters = sum(sync("reduce_scatter", p, n, s, g_bytes, bucket, per_block=True) for p, n, s in groups)
@@ -66,6 +71,18 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     opt_bytes = updated * (2 * proto.optimizer_bytes + g_bytes + w_bytes)  # master, m, v read and written
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
     return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_first": zero3_first}
+
+
+def tied_sync(hw: Hardware, comp: dict, c: dict, tied_params, grad_bytes: int) -> np.ndarray:
+    """The all-reduce of a tied embedding's gradient between the first and the last pipeline stage (the
+    stages holding the embedding or the output layer), after the data-parallel reduction and before the
+    optimizer, on the step's critical path (Megatron's ``_allreduce_word_embedding_grads`` in
+    ``finalize_model_grads``; DeepSpeed's pipeline engine reduces tied weights alike)."""
+    ends = np.asarray(comp.get("embedding", 0)) + np.asarray(comp.get("head", 0))
+    tied = np.asarray(tied_params, dtype=float)
+    stride = (c["pp"] - 1) * c["tp"] * c["cp"] * c["dp"]  # stage 0's rank and its peer on the last stage
+    held = (c["pp"] > 1) & (ends > 0) & (tied > 0)
+    return np.where(held, collective_time(hw, "all_reduce", tied * grad_bytes, 2, np.maximum(stride, 1)), 0.0)
 
 
 def _expert_group(c: dict) -> tuple[np.ndarray, np.ndarray]:

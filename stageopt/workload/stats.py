@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
-from stageopt.parallel.ranks import dense_dp_groups, expert_dp_group, group_size
+from stageopt.parallel.ranks import EMBEDDING_GROUP, dense_dp_groups, expert_dp_group, group_size
 from stageopt.workload.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
 from stageopt.workload.sharding import Workload
 
@@ -23,7 +23,7 @@ OPTIMIZER_FLOPS_PER_PARAM = 12  # Adam with weight decay, per parameter and step
 class CollectiveUse:
     """Collectives of one kind on one communicator group, per rank per iteration."""
 
-    group: str  # tp | cp | ep | dp_cp | edp_cp (see stageopt.parallel.ranks.GROUP_AXES)
+    group: str  # tp | cp | ep | dp_cp | edp_cp | embd (see stageopt.parallel.ranks.GROUP_AXES)
     kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all
     phase: str  # fwd | bwd | recompute | dp (end of iteration) | zero3
     count: int
@@ -92,6 +92,9 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
             if across:
                 out.append(CollectiveUse(across, "all_reduce", "zero3", runs, grads / layers / size,
                                          group_size(plan, across)))
+    if work.model.tied_embeddings and plan.pp > 1 and plan.step_zero < 3 and stage in (0, plan.pp - 1):
+        shared = -(-work.model.vocab * work.model.hidden // plan.tp) * plan.grad_bytes  # the tied embedding's
+        out.append(CollectiveUse(EMBEDDING_GROUP, "all_reduce", "dp", 1, shared, 2))
     tp_partial = work.stage_sum(stage, "local_dense_tp_partial")
     if expert_dp_group(plan) == "edp_cp":  # with etp=1 the expert group spans tp: no separate tp sum
         tp_partial += work.stage_sum(stage, "local_expert_tp_partial")
