@@ -129,6 +129,14 @@ class ModelSpec:
     def has_ssm(self) -> bool:
         return any(c in self.layer_pattern for c in "Mm")
 
+    @property
+    def embedding_on_both_ends(self) -> bool:
+        """Whether the input embedding's weight is also used at the end of the model (a tied output layer,
+        or the multi-token-prediction modules that embed again): under pipeline parallelism the first and the
+        last stage then each hold it and all-reduce its gradient every step (Megatron-Core's
+        ``_get_shared_word_embedding_weight``)."""
+        return self.tied_embeddings or self.mtp_layers > 0
+
     def replace(self, **changes: object) -> "ModelSpec":
         return dataclasses.replace(self, **changes)
 

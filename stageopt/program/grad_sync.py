@@ -111,7 +111,7 @@ class GradSync:
         once the data-parallel reduction is done, before the optimizer (Megatron's
         ``_allreduce_word_embedding_grads``; DeepSpeed's tied-weight reduction)."""
         plan, model = self.plan, self.work.model
-        if not model.tied_embeddings or plan.pp == 1 or plan.step_zero >= 3 or self.stage not in (0, plan.pp - 1):
+        if not model.embedding_on_both_ends or plan.pp == 1 or plan.step_zero >= 3 or self.stage not in (0, plan.pp - 1):
             return
         deps = tuple(self.reductions) or tuple(self.b.stream_point())
         self.reductions.append(self.b.add("tied_embedding_grads", COLL, "dp", deps, collective="all_reduce",

@@ -82,7 +82,7 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict
     stages = []
     c["t_p2p"] = t_p2p
     offload, parts_offload = _offload(model, hw, proto, cost, c)
-    tied = model.vocab * model.hidden / c["tp"] if model.tied_embeddings else 0.0  # shared weight per rank
+    tied = model.vocab * model.hidden / c["tp"] if model.embedding_on_both_ends else 0.0  # shared weight per rank
     for s in range(tables["valid"].shape[1]):
         comp = stage_column(tables, s)
         valid = tables["valid"][:, s]

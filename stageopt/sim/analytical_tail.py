@@ -78,7 +78,7 @@ def tied_sync(hw: Hardware, comp: dict, c: dict, tied_params, grad_bytes: int) -
     stages holding the embedding or the output layer), after the data-parallel reduction and before the
     optimizer, on the step's critical path (Megatron's ``_allreduce_word_embedding_grads`` in
     ``finalize_model_grads``; DeepSpeed's pipeline engine reduces tied weights alike)."""
-    ends = np.asarray(comp.get("embedding", 0)) + np.asarray(comp.get("head", 0))
+    ends = np.asarray(comp.get("embedding", 0)) + np.asarray(comp.get("head", 0)) + np.asarray(comp.get("mtp_head", 0))
     tied = np.asarray(tied_params, dtype=float)
     stride = (c["pp"] - 1) * c["tp"] * c["cp"] * c["dp"]  # stage 0's rank and its peer on the last stage
     held = (c["pp"] > 1) & (ends > 0) & (tied > 0)

@@ -92,7 +92,7 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
             if across:
                 out.append(CollectiveUse(across, "all_reduce", "zero3", runs, grads / layers / size,
                                          group_size(plan, across)))
-    if work.model.tied_embeddings and plan.pp > 1 and plan.step_zero < 3 and stage in (0, plan.pp - 1):
+    if work.model.embedding_on_both_ends and plan.pp > 1 and plan.step_zero < 3 and stage in (0, plan.pp - 1):
         shared = -(-work.model.vocab * work.model.hidden // plan.tp) * plan.grad_bytes  # the tied embedding's
         out.append(CollectiveUse(EMBEDDING_GROUP, "all_reduce", "dp", 1, shared, 2))
     tp_partial = work.stage_sum(stage, "local_dense_tp_partial")

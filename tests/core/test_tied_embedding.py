@@ -66,3 +66,18 @@ def test_the_end_stages_reduce_the_shared_weight_before_the_optimizer(tied):
         assert node.collective == "all_reduce" and node.comm_size == 50304 * 2048 // 2 * plan.grad_bytes
         optimizer = next(n for n in nodes if n.name == "optimizer")
         assert i in optimizer.data_deps + optimizer.ctrl_deps
+
+
+@pytest.mark.parametrize("mtp", [1, 0])
+def test_multi_token_prediction_shares_the_embedding_with_the_first_stage(mtp):
+    """DeepSeek-V3's MTP modules embed again on the last stage: Megatron all-reduces that weight too."""
+    sets = ["layers=8", f"mtp_layers={mtp}"]
+    work = workload_for("deepseek-v3", "tp=2 pp=4 dp=2 ep=2 etp=1 mbs=1 gbs=8", None, model_set=sets)
+    assert not work.model.tied_embeddings
+    found = {stage: [n for n in build_stage_program(work, stage).nodes if n.name == "tied_embedding_grads"]
+             for stage in range(work.plan.pp)}
+    expected = {0, 3} if mtp else set()
+    assert {s for s, nodes in found.items() if nodes} == expected
+    for stage in expected:
+        (node,) = found[stage]
+        assert node.comm_size == work.model.vocab * work.model.hidden // 2 * work.plan.grad_bytes
