@@ -138,4 +138,3 @@ class GraphBuilder:
         y = self.derive(t, name, shape=shape, layout=layout)
         self.emit(Op(name=name, kind="view", inputs=(t,), outputs=(y,), attrs={"dim_map": dim_map}))
         return y
-

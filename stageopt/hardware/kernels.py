@@ -130,7 +130,7 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     shaped = kern.m * kern.n * kern.k * kern.batch > 0
     padded = np.where(shaped, gemm_tiled_flops(np.maximum(kern.m, 1), np.maximum(kern.n, 1), kern.k,
                                                np.maximum(kern.batch, 1), eff.matmul, gpu.sm_count), kern.flops)
-    cast_launches, cast = _cast_seconds(dtype, kern, lowp, launch, bandwidth, fp8_recipe)
+    cast_launches, cast = _cast_seconds(dtype, kern, launch, bandwidth, fp8_recipe)
     written = np.where(shaped, kern.m * kern.n * kern.batch * DTYPE_BYTES[high] / bandwidth, 0.0)
     reads = np.maximum(memory - written, 0.0)
     wgrad = (kern.precision == LOWP) & np.asarray(kern.backward, dtype=bool)
@@ -167,11 +167,10 @@ def _cast_plan(dtype: str, kern: Kernels, fp8_recipe: str):
     return np.where(casts, launches, 0), np.where(casts, moved, 0.0)
 
 
-def _cast_seconds(dtype: str, kern: Kernels, lowp, launch: float, bandwidth: float, fp8_recipe: str):
+def _cast_seconds(dtype: str, kern: Kernels, launch: float, bandwidth: float, fp8_recipe: str):
     """Kernels and seconds of the cast before each low-precision GEMM that casts its activation operand."""
     launches, moved = _cast_plan(dtype, kern, fp8_recipe)
-    launches = np.where(lowp, launches, 0)
-    return launches, np.where(launches > 0, launch * launches + moved / bandwidth, 0.0)
+    return launches, launch * launches + moved / bandwidth
 
 
 def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, attention_kernel: str = "best",
