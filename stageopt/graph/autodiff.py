@@ -41,7 +41,7 @@ class _Differentiator:
     def __init__(self, fwd: GraphBuilder, tp_regather: bool = True) -> None:
         self.fwd = fwd
         self.tp_regather = tp_regather
-        self.bwd = GraphBuilder(phase="bwd")
+        self.bwd = GraphBuilder(phase="bwd", lowp_gather=fwd.lowp_gather)
         self.grads: dict[int, list[Tensor]] = {}
         self.saved: dict[int, Tensor] = {}
         self.regathers: list[Op] = []

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
+from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.graph import templates
 from stageopt.graph.autodiff import differentiate
 from stageopt.graph.builder import GraphBuilder
@@ -46,7 +47,7 @@ class BlockGraph:
 
 
 def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor]:
-    b = GraphBuilder("fwd")
+    b = GraphBuilder("fwd", arch.lowp_gather)
     if kind == "embedding":
         _tokens, out = templates.embedding(b, arch)
         return b, None, out
@@ -222,4 +223,5 @@ def arch_of(model, plan) -> Arch:
                 attention_type=model.attention_type, q_lora=model.q_lora_rank > 0,
                 cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0,
                 selective=f"modules:{plan.recompute_modules}" if plan.recompute_modules else stack.selective_recompute,
-                expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard)
+                expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard,
+                lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0)

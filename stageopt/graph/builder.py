@@ -19,7 +19,10 @@ from stageopt.graph.tensor import Collective, Op, Tensor
 class GraphBuilder:
     """Collects ops of one phase; remembers which op produced each tensor."""
 
-    def __init__(self, phase: str = "fwd") -> None:
+    def __init__(self, phase: str = "fwd", lowp_gather: float = 0.0) -> None:
+        """``lowp_gather``: bytes an element of a low-precision GEMM's input moves when gathered over TP
+        (the stack quantizes before the gather; 0 in high precision)."""
+        self.lowp_gather = lowp_gather
         self.ops: list[Op] = []
         self.phase = phase
         self.region = ""
@@ -84,6 +87,8 @@ class GraphBuilder:
         attrs = {"spec": spec, "precision": precision if kind == "matmul" else 0, **(extra or {})}
         if kind == "matmul" and len(ins) == 2:
             attrs["gemm"] = (*gemm_dims(ins, out, sizes, split), self.cast_elements(inputs, precision))
+            if precision and self.lowp_gather:
+                self._gather_low_precision(inputs)
         self.emit(Op(name=name, kind=kind, inputs=inputs, outputs=(y,), flops=flops, attrs=attrs))
         return y
 
@@ -97,10 +102,27 @@ class GraphBuilder:
         if precision != 1:
             return sp.Integer(0)
         x = next((t for t in inputs if t.role != "weight"), inputs[0])
-        src = self.producer.get(x.uid)
+        src = self._tp_gather(x)
+        return (src.inputs[0] if src is not None else x).local_numel()
+
+    def _tp_gather(self, t: Tensor) -> Op | None:
+        """The TP all-gather that produced ``t``, if one did."""
+        src = self.producer.get(t.uid)
         gathered = (src is not None and src.kind == "comm" and src.attrs.get("axis") == "tp"
                     and src.collective is not None and src.collective.kind == "all_gather")
-        return (src.inputs[0] if gathered else x).local_numel()
+        return src if gathered else None
+
+    def _gather_low_precision(self, inputs: tuple[Tensor, ...]) -> None:
+        """A low-precision GEMM's activation operands gathered over TP move in low precision: the stack casts
+        each rank's shard first (Transformer Engine's ``gather_along_first_dim`` with a quantizer; torchao's
+        Float8 tensor parallelism), the forward inputs, the gradients gathered for data gradients and the
+        inputs re-gathered for weight gradients alike."""
+        for x in inputs:
+            src = self._tp_gather(x) if x.role != "weight" else None
+            if src is not None and not src.attrs.get("low_precision"):
+                c, scale = src.collective, self.lowp_gather / x.dtype_bytes
+                src.collective = Collective(c.kind, c.axis, c.input_bytes * scale, c.output_bytes * scale)
+                src.attrs["low_precision"] = True
 
     def vector(self, name: str, inputs: tuple[Tensor, ...], *, flops_per_elem: float = 1,
                bwd_flops_per_elem: float = 2, needs: tuple[str, ...] = (), out_dtype: int | None = None,

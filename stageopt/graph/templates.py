@@ -46,6 +46,7 @@ class Arch:
     selective: str = "attention"  # selective recompute: attention (core) | op (torchtitan) | modules:a+b (Megatron-Core)
     expert_tp: bool = True  # routed experts split over TP (Megatron's expert TP = tp) or whole on every TP rank
     tp_regather: bool = True  # SP: save a TP all-gather's shard and re-gather in backward (Megatron), else keep it whole
+    lowp_gather: float = 0.0  # bytes an element of a low-precision GEMM's TP-gathered input moves (0: high precision)
 
 
 ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads

@@ -137,3 +137,28 @@ def test_both_backends_charge_the_recipe_alike(simulator):
     q, kv = m.heads * m.dim_per_head, m.kv_heads * m.dim_per_head
     per_layer = 8 * 2 * LAUNCH + 2 * s * (4 * m.hidden + 2 * q + 2 * kv + 3 * m.ffn) / BW
     assert step("tensorwise") - step("delayed") == pytest.approx(microbatches * layers * per_layer, rel=1e-6)
+
+
+def tp_gathers(plan_text: str) -> list[tuple[str, str, float, float]]:
+    """(phase, gathered tensor, bytes a rank receives, elements gathered) of a Llama layer's TP all-gathers."""
+    model = load_model("llama3-8b")
+    plan = Plan.parse(plan_text)
+    graph = build_block("dense", arch_of(model, plan), plan.recompute)
+    values = symbol_values(model, SimpleNamespace(mbs=plan.mbs, tp=plan.tp, cp=plan.cp, ep=plan.ep, cpa=plan.cpa))
+    args = [values[s.name] for s in ALL_SYMBOLS]
+    out = []
+    for op in (*graph.fwd, *graph.bwd):
+        if op.kind == "comm" and op.collective.kind == "all_gather" and op.collective.axis == "tp":
+            nbytes = float(sp.lambdify(ALL_SYMBOLS, op.collective.output_bytes)(*args))
+            numel = float(sp.lambdify(ALL_SYMBOLS, op.outputs[0].local_numel())(*args))
+            out.append((op.phase, op.inputs[0].name, nbytes, numel))
+    return out
+
+
+def test_the_gathers_feeding_fp8_gemms_move_one_byte_an_element():
+    """Cast on the shard, the all-gather carries FP8: half the bytes of the same gather in BF16 training."""
+    bf16 = tp_gathers("tp=4 sp=on dtype=bf16 recompute=none")
+    fp8 = tp_gathers("tp=4 sp=on dtype=fp8 recompute=none")
+    assert [g[:2] for g in bf16] == [g[:2] for g in fp8] and len(fp8) >= 4
+    assert all(nbytes == 2 * numel for _, _, nbytes, numel in bf16)
+    assert all(nbytes == numel for _, _, nbytes, numel in fp8)  # every TP gather of a layer feeds an FP8 GEMM
