@@ -82,17 +82,24 @@ def test_the_recipe_changes_nothing_in_bf16():
     assert seconds(one, "tensorwise", "bf16") == seconds(one, "delayed", "bf16")
 
 
-def cast_rows(plan_text: str) -> list[tuple[str, float, float]]:
-    """(op name, elements cast, m x k x batch) of every casting GEMM of a Llama layer under ``plan_text``."""
+def layer_ops(plan_text: str):
+    """A Llama 3 8B layer's forward and backward ops under ``plan_text``, and a function giving an
+    expression's value for that plan."""
     model = load_model("llama3-8b")
     plan = Plan.parse(plan_text)
     graph = build_block("dense", arch_of(model, plan), plan.recompute)
     values = symbol_values(model, SimpleNamespace(mbs=plan.mbs, tp=plan.tp, cp=plan.cp, ep=plan.ep, cpa=plan.cpa))
     args = [values[s.name] for s in ALL_SYMBOLS]
+    return (*graph.fwd, *graph.bwd), lambda expr: float(sp.lambdify(ALL_SYMBOLS, expr)(*args))
+
+
+def cast_rows(plan_text: str) -> list[tuple[str, float, float]]:
+    """(op name, elements cast, m x k x batch) of every casting GEMM of a Llama layer under ``plan_text``."""
+    ops, value = layer_ops(plan_text)
     out = []
-    for op in (*graph.fwd, *graph.bwd):
+    for op in ops:
         if op.kind == "matmul" and op.attrs.get("precision") == LOWP_CAST:
-            m, _, k, batch, cast = (float(sp.lambdify(ALL_SYMBOLS, x)(*args)) for x in op.attrs["gemm"])
+            m, _, k, batch, cast = (value(x) for x in op.attrs["gemm"])
             out.append((op.name, cast, m * k * batch))
     return out
 
@@ -141,18 +148,9 @@ def test_both_backends_charge_the_recipe_alike(simulator):
 
 def tp_gathers(plan_text: str) -> list[tuple[str, str, float, float]]:
     """(phase, gathered tensor, bytes a rank receives, elements gathered) of a Llama layer's TP all-gathers."""
-    model = load_model("llama3-8b")
-    plan = Plan.parse(plan_text)
-    graph = build_block("dense", arch_of(model, plan), plan.recompute)
-    values = symbol_values(model, SimpleNamespace(mbs=plan.mbs, tp=plan.tp, cp=plan.cp, ep=plan.ep, cpa=plan.cpa))
-    args = [values[s.name] for s in ALL_SYMBOLS]
-    out = []
-    for op in (*graph.fwd, *graph.bwd):
-        if op.kind == "comm" and op.collective.kind == "all_gather" and op.collective.axis == "tp":
-            nbytes = float(sp.lambdify(ALL_SYMBOLS, op.collective.output_bytes)(*args))
-            numel = float(sp.lambdify(ALL_SYMBOLS, op.outputs[0].local_numel())(*args))
-            out.append((op.phase, op.inputs[0].name, nbytes, numel))
-    return out
+    ops, value = layer_ops(plan_text)
+    return [(op.phase, op.inputs[0].name, value(op.collective.output_bytes), value(op.outputs[0].local_numel()))
+            for op in ops if op.kind == "comm" and op.collective.kind == "all_gather" and op.collective.axis == "tp"]
 
 
 def test_the_gathers_feeding_fp8_gemms_move_one_byte_an_element():
