@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from stageopt.parallel.ranks import EMBEDDING_GROUP
 from stageopt.program.nodes import COLL
 from stageopt.program.params import BlockParams, ceil_div
-from stageopt.workload.memory import shard_degrees, stage_params
+from stageopt.workload.memory import shard_degrees, shared_embedding_grad_bytes, stage_params
 from stageopt.workload.stats import OPTIMIZER_FLOPS_PER_PARAM
 
 
@@ -110,13 +110,12 @@ class GradSync:
         """Input embedding tied to the output layer: the first and the last stage all-reduce its gradient
         once the data-parallel reduction is done, before the optimizer (Megatron's
         ``_allreduce_word_embedding_grads``; DeepSpeed's tied-weight reduction)."""
-        plan, model = self.plan, self.work.model
-        if not model.embedding_on_both_ends or plan.pp == 1 or plan.step_zero >= 3 or self.stage not in (0, plan.pp - 1):
+        size = shared_embedding_grad_bytes(self.work, self.stage)
+        if not size:
             return
         deps = tuple(self.reductions) or tuple(self.b.stream_point())
         self.reductions.append(self.b.add("tied_embedding_grads", COLL, "dp", deps, collective="all_reduce",
-                                          group=EMBEDDING_GROUP, group_size=2,
-                                          comm_size=ceil_div(model.vocab * model.hidden, plan.tp) * plan.grad_bytes))
+                                          group=EMBEDDING_GROUP, group_size=2, comm_size=size))
 
     def finish(self) -> None:
         """Remaining buckets, the optimizer step, then ZeRO 1-2 parameter gathers."""

@@ -43,6 +43,16 @@ class MemoryBreakdown:
         return parts
 
 
+def shared_embedding_grad_bytes(work: Workload, stage: int) -> int:
+    """Gradient bytes of the input embedding this stage all-reduces with the other end of the pipeline
+    (0: none): its weight sits on the first and the last stage when tied to the output layer or reused by
+    multi-token prediction (ModelSpec.embedding_on_both_ends); not under ZeRO-3, which shards it."""
+    plan, model = work.plan, work.model
+    if not model.embedding_on_both_ends or plan.pp == 1 or plan.step_zero >= 3 or stage not in (0, plan.pp - 1):
+        return 0
+    return -(-model.vocab * model.hidden // plan.tp) * plan.grad_bytes
+
+
 def stage_params(work: Workload, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters held by one rank of the stage.
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunks
 from stageopt.parallel.ranks import EMBEDDING_GROUP, dense_dp_groups, expert_dp_group, group_size
-from stageopt.workload.memory import MemoryBreakdown, shard_degrees, stage_memory, stage_params
+from stageopt.workload.memory import (MemoryBreakdown, shard_degrees, shared_embedding_grad_bytes, stage_memory,
+                                      stage_params)
 from stageopt.workload.sharding import Workload
 
 OPTIMIZER_FLOPS_PER_PARAM = 12  # Adam with weight decay, per parameter and step
@@ -92,8 +93,8 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
             if across:
                 out.append(CollectiveUse(across, "all_reduce", "zero3", runs, grads / layers / size,
                                          group_size(plan, across)))
-    if work.model.embedding_on_both_ends and plan.pp > 1 and plan.step_zero < 3 and stage in (0, plan.pp - 1):
-        shared = -(-work.model.vocab * work.model.hidden // plan.tp) * plan.grad_bytes  # the tied embedding's
+    shared = shared_embedding_grad_bytes(work, stage)
+    if shared:
         out.append(CollectiveUse(EMBEDDING_GROUP, "all_reduce", "dp", 1, shared, 2))
     tp_partial = work.stage_sum(stage, "local_dense_tp_partial")
     if expert_dp_group(plan) == "edp_cp":  # with etp=1 the expert group spans tp: no separate tp sum
