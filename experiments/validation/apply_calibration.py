@@ -1,4 +1,4 @@
-"""Write the fitted values of ``calibration.json`` into the hardware presets of each family.
+"""Write the fitted values of ``calibration.json``, and the errors the fit left, into the hardware presets.
 
 Why a script: the presets in ``simulators/hardware/`` are commented YAML (every figure
 beside its source), so the fitted numbers are replaced in place, line by line, and the
@@ -34,7 +34,14 @@ def _format(value: float) -> str:
     return f"{value:.3g}" if value < 1 else f"{value:g}"
 
 
-def apply(family: str, hw_set: list[str]) -> None:
+def accuracy_line(family: str, fit: dict) -> str:
+    """The preset's ``accuracy`` record: what ``stageopt simulate`` tells users to expect of it."""
+    return (f"accuracy: {{family: {family}, runs: {fit['rows']}, in_sample_mape: {fit['in_sample_mape']:.1f}, "
+            f"held_out_mape: {fit['held_out_mape']:.1f}}}  # experiments/validation/calibration.json")
+
+
+def apply(family: str, fit: dict) -> None:
+    hw_set = fit["hw_set"]
     values = dict(item.split("=", 1) for item in hw_set)
     for preset in FAMILIES[family]:
         path = PRESETS / f"{preset}.yaml"
@@ -45,8 +52,14 @@ def apply(family: str, hw_set: list[str]) -> None:
             text, found = re.subn(PATTERNS[key], lambda m: m.group(1) + _format(float(value)), text, count=1)
             if found != 1:
                 raise SystemExit(f"{path.name}: no line for {key}")
+        record = accuracy_line(family, fit)
+        text, found = re.subn(r"(?m)^accuracy: .*$", lambda m: record, text, count=1)
+        if not found:  # first calibration: the record goes after the price
+            text, found = re.subn(r"(?m)^(cost_per_gpu_hour: .*)$", lambda m: m.group(1) + "\n" + record, text, count=1)
+        if found != 1:
+            raise SystemExit(f"{path.name}: no cost_per_gpu_hour line to put the accuracy record after")
         path.write_text(text)
-        print(f"{preset}: {' '.join(hw_set)}")
+        print(f"{preset}: {' '.join(hw_set)}; {record.split('  #')[0]}")
 
 
 def main() -> None:
@@ -59,7 +72,7 @@ def main() -> None:
     if missing:
         parser.error(f"calibration.json has no fit for {', '.join(missing)}; run calibrate.py {' '.join(missing)} first")
     for family in families or [f for f in FAMILIES if f in fitted]:
-        apply(family, fitted[family]["hw_set"])
+        apply(family, fitted[family])
 
 
 if __name__ == "__main__":

@@ -122,7 +122,8 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
               f"Throughput MAPE on those runs: {mape(before):.1f}% with {base}, {mape(whole.comparisons):.1f}% "
               f"calibrated, {_percent(_mape(held_by_row))} on each group held out of the fit."]
     try:
-        write_calibrated_hardware(base, list(args.hw_set) + list(whole.hw_set), out, header)
+        write_calibrated_hardware(base, list(args.hw_set) + list(whole.hw_set), out, header,
+                                  _accuracy(args.measured, len(runs), mape(whole.comparisons), _mape(held_by_row)))
     except OSError as err:
         raise ConfigError(f"--out {out}: cannot write it ({err.strerror}); choose a writable path") from None
     report = {"hardware": base, "written": str(out), "fitted": fitted, "not_pinned_down": list(loose),
@@ -134,6 +135,14 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
               "ranking": {k: {"runs": n, "rho": r, "top1_regret": g}
                           for k, (n, r, g) in family_ranking(whole.comparisons).items()}}
     return report, runs, keys, loose
+
+
+def _accuracy(measured, runs: int, in_sample: float, held_out: float | None) -> dict | None:
+    """The calibrated file's accuracy record (None where no group could be held out of the fit)."""
+    if held_out is None:
+        return None
+    return {"family": Path(measured).stem, "runs": runs, "in_sample_mape": round(in_sample, 1),
+            "held_out_mape": round(held_out, 1)}
 
 
 def _at_bound(whole) -> dict[str, str]:

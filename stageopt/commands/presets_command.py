@@ -46,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
                       align=["left", "left", "right", "right", "right", "right", "right", "right"]))
     machines = [load_hardware(name) for name in list_hardware_presets()]
     print("\nhardware:")
-    print(render_rows(["name", "GPU", "bf16 TFLOP/s", "fp8", "fp4", "HBM GiB", "GPUs per node", "$/GPU-hour"],
+    print(render_rows(["name", "GPU", "bf16 TFLOP/s", "fp8", "fp4", "HBM GiB", "GPUs per node", "$/GPU-hour",
+                       "error held out (runs)"],
                       [[h.name, h.gpu.name, *(_peak(getattr(h.gpu.peak_tflops, d)) for d in ("bf16", "fp8", "fp4")),
-                        f"{h.gpu.hbm_gib:g}", h.node.gpus, f"{h.cost_per_gpu_hour:.2f}"] for h in machines],
-                      align=["left", "left", "right", "right", "right", "right", "right", "right"]))
+                        f"{h.gpu.hbm_gib:g}", h.node.gpus, f"{h.cost_per_gpu_hour:.2f}", _accuracy(h)] for h in machines],
+                      align=["left", "left", "right", "right", "right", "right", "right", "right", "right"]))
     print(f"\nframeworks (default {DEFAULT_FRAMEWORK}):")
     profiles = [load_profile(n) for n in list_profiles()]
     print(render_rows(["name", "low precision", "fp8 recipe", "description"],
@@ -57,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
                         p.description] for p in profiles],
                       align=["left", "left", "left", "left"]))
     return 0
+
+
+def _accuracy(hw) -> str:
+    """Throughput MAPE with each source held out of the preset's fit, over the runs it covers ('-': never fitted)."""
+    return "-" if hw.accuracy is None else f"{hw.accuracy.held_out_mape:.1f}% ({hw.accuracy.runs})"
 
 
 def _peak(tflops: float | None) -> str:

@@ -8,6 +8,7 @@ import json
 from stageopt.commands.arguments import add_hardware_args, add_model_plan_args, hardware_from_args, workload_from_args
 from stageopt.commands.inspect_command import add_reserve_arg
 from stageopt.errors import ConfigError
+from stageopt.hardware import Hardware
 from stageopt.hardware.headroom import fit_line, memory_fit
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical import AnalyticalSimulator
@@ -47,8 +48,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def render(est: Estimate, plan: Plan, fit: dict | None = None, pace: float = 1.0) -> str:
-    """The report; ``pace``: how much longer GEMMs and attention take on the slowest of the plan's GPUs."""
+def expected_error(hw: Hardware, args: argparse.Namespace) -> tuple[float | None, str]:
+    """The held-out error the hardware preset's calibration left (None where it does not apply) and its line."""
+    if hw.accuracy is None:
+        return None, f"not measured: {hw.name} was never fitted to published runs (experiments/validation)"
+    if args.hw_set:
+        return None, "not measured for a preset changed by --hw-set"
+    if args.backend != "analytical":
+        return None, f"measured for the analytical backend: {hw.accuracy.describe()}"
+    return hw.accuracy.held_out_mape, hw.accuracy.describe()
+
+
+def render(est: Estimate, plan: Plan, fit: dict | None = None, pace: float = 1.0, accuracy: str = "") -> str:
+    """The report; ``pace``: how much longer GEMMs and attention take on the slowest of the plan's GPUs;
+    ``accuracy``: what the hardware preset's validation leads one to expect of the figures."""
     lines = [f"plan: {plan}",
              f"iteration time   {est.iteration_time_s:10.3f} s      tokens/s {est.tokens_per_s:,.0f}",
              f"model TFLOP/s/GPU {est.model_tflops_per_gpu:9.1f}        MFU {est.mfu:.1%}"
@@ -57,6 +70,7 @@ def render(est: Estimate, plan: Plan, fit: dict | None = None, pace: float = 1.0
              + (fit_line(fit, "") if fit else ('fits' if est.fits_memory else 'DOES NOT FIT')),
              f"slowest GPU      GEMMs and attention x{pace:.3f} on the slowest of {plan.gpus:,} GPUs"
              " (gpu.efficiency.speed_spread; 0 prices a typical GPU)",
+             *([f"accuracy         {accuracy}"] if accuracy else []),
              "time breakdown (s):"]
     lines += [f"  {k:<18} {v:10.4f}" for k, v in est.time_breakdown_s.items()]
     lines.append("memory breakdown (GiB):")
@@ -74,9 +88,11 @@ def run(args: argparse.Namespace) -> int:
     reserve = args.reserve_gib if args.reserve_gib is not None else hw.gpu.memory_reserve_gib()
     fit = memory_fit(est.peak_memory_gib, hw.gpu.hbm_gib, reserve)
     pace = float(hw.gpu.efficiency.slowest_gpu_slowdown(work.plan.gpus))
+    error_pct, accuracy = expected_error(hw, args)
     if args.json:
         print(json.dumps({"plan": str(work.plan), "framework": work.plan.framework.name, **est.to_json(),
-                          "memory_fit": fit, "slowest_gpu_slowdown": pace}, indent=1))
+                          "memory_fit": fit, "slowest_gpu_slowdown": pace, "expected_error_pct": error_pct},
+                         indent=1))
     else:
-        print(render(est, work.plan, fit, pace))
+        print(render(est, work.plan, fit, pace, accuracy))
     return 0

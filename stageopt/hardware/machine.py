@@ -244,6 +244,25 @@ class Tier:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Accuracy:
+    """How far the preset's predictions fell from published runs when it was fitted: the throughput MAPE
+    over the ``runs`` of its GPU ``family``, in sample and with each source held out of the fit
+    (``experiments/validation/calibrate.py``; written into the preset by ``apply_calibration.py``)."""
+
+    family: str
+    runs: int = field(metadata=bounds(ge=1, doc="published runs the figures cover"))
+    in_sample_mape: float = field(metadata=bounds(ge=0, doc="throughput MAPE, %, fitted on every run"))
+    held_out_mape: float = field(metadata=bounds(ge=0, doc="throughput MAPE, %, each source held out of the fit"))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def describe(self) -> str:
+        return (f"+/-{self.held_out_mape:.1f}% expected (throughput MAPE over the {self.runs} {self.family} runs "
+                f"it was fitted to, each source held out of the fit; {self.in_sample_mape:.1f}% in sample)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Hardware:
     """A whole system: GPU type, scale-up domain, scale-out tier(s) and price."""
 
@@ -254,6 +273,7 @@ class Hardware:
     node: Node
     scaleout: ScaleOut
     interpod: ScaleOut | None = None  # optional further tier joining scale-out pods
+    accuracy: Accuracy | None = None  # validation record of a calibrated preset (None: never fitted)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -18,12 +18,20 @@ from stageopt.hardware.presets import hardware_path
 from stageopt.inputs.gate import load_yaml_mapping
 
 
-def write_calibrated_hardware(base: str, hw_set: Sequence[str], path: Path, header: Sequence[str]) -> Hardware:
-    """Write ``base`` (a preset name or YAML path) with ``hw_set`` applied to ``path``; return it as loaded."""
+def write_calibrated_hardware(base: str, hw_set: Sequence[str], path: Path, header: Sequence[str],
+                              accuracy: Mapping[str, object] | None = None) -> Hardware:
+    """Write ``base`` (a preset name or YAML path) with ``hw_set`` applied to ``path``; return it as loaded.
+
+    ``accuracy``: the new fit's own record (:class:`stageopt.hardware.machine.Accuracy` fields); the base
+    preset's record describes another fit, so it never carries over.
+    """
     data = _plain(load_yaml_mapping(hardware_path(base)))
     for item in hw_set:
         key, _, value = item.partition("=")
         _set(data, key.split("."), yaml.safe_load(value))
+    data.pop("accuracy", None)
+    if accuracy is not None:
+        data["accuracy"] = dict(accuracy)
     data["name"] = path.stem
     data["description"] = f"{data.get('description', base)}; calibrated to measured runs"
     comments = "".join(f"# {line}\n" for line in header)

@@ -51,6 +51,10 @@ def test_recovers_a_planted_gemm_share_and_writes_a_file_that_reproduces_the_ste
     hw = load_hardware(out)
     assert hw.gpu.efficiency.matmul.peak_fraction == pytest.approx(PLANTED, abs=0.002)
     assert hw.name == "cluster"
+    # the file states its own fit's errors, never the base preset's (which describe another fit)
+    assert (hw.accuracy.family, hw.accuracy.runs) == ("measured", len(PLANS))
+    assert hw.accuracy.held_out_mape == pytest.approx(report["mape_held_out"], abs=0.05)
+    assert hw.accuracy.in_sample_mape == pytest.approx(report["mape_calibrated"], abs=0.05)
     for plan, t in zip(PLANS, times):
         _, est = simulate_plan("llama3-8b", plan, None, model_set=MODEL_SET, hardware=str(out))
         assert est.iteration_time_s == pytest.approx(t, rel=0.005)

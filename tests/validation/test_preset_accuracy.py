@@ -1,0 +1,52 @@
+"""Every calibrated hardware preset states the error its fit left, and ``stageopt simulate`` reports it.
+
+The figures are checked against ``experiments/validation/calibration.json``, the calibration script's own
+output, which ``apply_calibration.py`` copies into the presets: a preset refitted without its record
+rewritten would tell users a stale accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stageopt.cli import main
+from stageopt.errors import ConfigError
+from stageopt.hardware import load_hardware
+from stageopt.hardware.machine import Accuracy
+from stageopt.validation.calibrate import FAMILIES
+
+CALIBRATION = Path(__file__).resolve().parents[2] / "experiments" / "validation" / "calibration.json"
+PLAN = ["--model", "llama3-8b", "--set", "layers=2", "--plan", "tp=1 pp=1 dp=8 mbs=1 gbs=16", "--json"]
+
+
+@pytest.mark.parametrize("family,preset", [(f, p) for f, presets in FAMILIES.items() for p in presets])
+def test_each_calibrated_preset_carries_its_familys_fit_errors(family, preset):
+    fit = json.loads(CALIBRATION.read_text())[family]
+    record = load_hardware(preset).accuracy
+    assert record is not None and record.family == family and record.runs == fit["rows"]
+    assert record.held_out_mape == pytest.approx(fit["held_out_mape"], abs=0.05)
+    assert record.in_sample_mape == pytest.approx(fit["in_sample_mape"], abs=0.05)
+
+
+def _expected(capsys, *extra: str):
+    assert main(["simulate", *PLAN, *extra]) == 0
+    return json.loads(capsys.readouterr().out)["expected_error_pct"]
+
+
+def test_simulate_reports_the_held_out_error_only_where_it_was_measured(capsys):
+    assert _expected(capsys) == load_hardware("h100-sxm").accuracy.held_out_mape  # the default preset
+    assert _expected(capsys, "--hardware", "mi300x") is None  # never fitted to published runs
+    assert _expected(capsys, "--hw-set", "gpu.hbm_gib=96") is None  # another machine than the one fitted
+    assert main(["simulate", *PLAN[:-1]]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("accuracy"))
+    assert f"+/-{load_hardware('h100-sxm').accuracy.held_out_mape:.1f}%" in line
+
+
+@pytest.mark.parametrize("field,value", [("runs", 0), ("held_out_mape", -1.0), ("in_sample_mape", -0.1)])
+def test_an_impossible_accuracy_record_is_refused_naming_the_field(field, value):
+    good = {"family": "x", "runs": 3, "in_sample_mape": 2.0, "held_out_mape": 3.0}
+    with pytest.raises(ConfigError, match=field):
+        Accuracy(**{**good, field: value})
