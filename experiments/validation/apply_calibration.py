@@ -36,8 +36,11 @@ def _format(value: float) -> str:
 
 def accuracy_line(family: str, fit: dict) -> str:
     """The preset's ``accuracy`` record: what ``stageopt simulate`` tells users to expect of it."""
+    sweeps = fit.get("families", {})
+    regret = max((100 * f["top1_regret"] for f in sweeps.values()), default=0.0)
     return (f"accuracy: {{family: {family}, runs: {fit['rows']}, in_sample_mape: {fit['in_sample_mape']:.1f}, "
-            f"held_out_mape: {fit['held_out_mape']:.1f}}}  # experiments/validation/calibration.json")
+            f"held_out_mape: {fit['held_out_mape']:.1f}, ranked_sweeps: {len(sweeps)}, top1_regret: {regret:.1f}}}"
+            "  # experiments/validation/calibration.json")
 
 
 def apply(family: str, fit: dict) -> None:

@@ -123,7 +123,8 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
               f"calibrated, {_percent(_mape(held_by_row))} on each group held out of the fit."]
     try:
         write_calibrated_hardware(base, list(args.hw_set) + list(whole.hw_set), out, header,
-                                  _accuracy(args.measured, len(runs), mape(whole.comparisons), _mape(held_by_row)))
+                                  _accuracy(args.measured, len(runs), mape(whole.comparisons), _mape(held_by_row),
+                                            family_ranking(whole.comparisons)))
     except OSError as err:
         raise ConfigError(f"--out {out}: cannot write it ({err.strerror}); choose a writable path") from None
     report = {"hardware": base, "written": str(out), "fitted": fitted, "not_pinned_down": list(loose),
@@ -137,12 +138,14 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
     return report, runs, keys, loose
 
 
-def _accuracy(measured, runs: int, in_sample: float, held_out: float | None) -> dict | None:
-    """The calibrated file's accuracy record (None where no group could be held out of the fit)."""
+def _accuracy(measured, runs: int, in_sample: float, held_out: float | None, ranking: dict) -> dict | None:
+    """The calibrated file's accuracy record (None where no group could be held out of the fit); ``ranking``:
+    :func:`stageopt.validation.compare.family_ranking` of the calibrated runs."""
     if held_out is None:
         return None
+    regret = max((100 * g for _, _, g in ranking.values()), default=0.0)
     return {"family": Path(measured).stem, "runs": runs, "in_sample_mape": round(in_sample, 1),
-            "held_out_mape": round(held_out, 1)}
+            "held_out_mape": round(held_out, 1), "ranked_sweeps": len(ranking), "top1_regret": round(regret, 1)}
 
 
 def _at_bound(whole) -> dict[str, str]:

@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     exported = export_best(result, best, Path(args.export_best)) if args.export_best and best else None
     if args.json:
         out = {**meta, "best": [o.record for o in best], "files": files.written, "notes": files.notes}
+        if best:
+            out["accuracy"] = ranking_accuracy(best[0].record["hardware"])
         if exported:
             out["exported"] = exported
         print(json.dumps(out, indent=1))
@@ -159,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         if len(top) > 1:
             print(f"top {len(top)} (exact):")
             print("\n".join(render_table(top, result.objectives).splitlines()[:len(top) + 1]))
+    if best:
+        print(f"accuracy: {ranking_accuracy(best[0].record['hardware'])}")
     print(f"files: {result.run_dir}/ ({', '.join(Path(f).name for f in files.written)}); "
           f"rebuild with 'stageopt report {result.run_dir}'")
     for note in files.notes:
@@ -166,6 +170,19 @@ def run(args: argparse.Namespace) -> int:
     if exported:
         print(f"best plan's traces: {exported}")
     return 0
+
+
+def ranking_accuracy(hardware: str) -> str:
+    """What the best plan's hardware preset's validation says of its figures and of picking between plans."""
+    from stageopt.hardware import load_hardware
+
+    preset, *overrides = hardware.split()
+    hw = load_hardware(preset)
+    if hw.accuracy is None:
+        return f"not measured: {hw.name} was never fitted to published runs (experiments/validation)"
+    if overrides:
+        return f"not measured for {preset} changed by {' '.join(overrides)}"
+    return f"{hw.name}: {hw.accuracy.describe_ranking()}"
 
 
 def summary(result: SearchResult) -> dict:

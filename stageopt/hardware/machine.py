@@ -253,6 +253,9 @@ class Accuracy:
     runs: int = field(metadata=bounds(ge=1, doc="published runs the figures cover"))
     in_sample_mape: float = field(metadata=bounds(ge=0, doc="throughput MAPE, %, fitted on every run"))
     held_out_mape: float = field(metadata=bounds(ge=0, doc="throughput MAPE, %, each source held out of the fit"))
+    ranked_sweeps: int = field(default=0, metadata=bounds(ge=0, doc="families of plans measured on one cluster"))
+    top1_regret: float = field(default=0.0, metadata=bounds(
+        ge=0, doc="worst top-1 regret, %, over those sweeps: how much slower the predicted-best plan ran"))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -260,6 +263,14 @@ class Accuracy:
     def describe(self) -> str:
         return (f"+/-{self.held_out_mape:.1f}% expected (throughput MAPE over the {self.runs} {self.family} runs "
                 f"it was fitted to, each source held out of the fit; {self.in_sample_mape:.1f}% in sample)")
+
+    def describe_ranking(self) -> str:
+        """What the fit says of choosing between plans (a search's question), beside the per-plan error."""
+        if not self.ranked_sweeps:
+            return f"{self.describe()}; no published sweep of plans checks its ranking"
+        sweeps = "sweep" if self.ranked_sweeps == 1 else "sweeps"
+        return (f"+/-{self.held_out_mape:.1f}% per plan; in {self.ranked_sweeps} published {sweeps} of plans on "
+                f"{self.family} the predicted-best plan ran at most {self.top1_regret:.1f}% slower than the best")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

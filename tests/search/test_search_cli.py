@@ -13,6 +13,8 @@ from conftest import SMALL, brute_force_small, run_cli, search_json
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
+from stageopt.hardware import load_hardware
+
 
 def test_analytical_search_returns_the_exact_optimum_and_records_it(runs: Path) -> None:
     n_feasible, best_time, best_plan = brute_force_small()
@@ -34,6 +36,9 @@ def test_analytical_search_returns_the_exact_optimum_and_records_it(runs: Path) 
     assert out["simulations"] >= n_feasible  # every valid plan was scored by the census
     best = json.loads((runs / "s" / "best.json").read_text())
     assert best["best"][0]["plan"] == best_plan
+    preset = load_hardware(out["best"][0]["hardware"]).accuracy  # the best plan's preset states its validation
+    assert f"+/-{preset.held_out_mape:.1f}% per plan" in out["accuracy"]
+    assert f"at most {preset.top1_regret:.1f}% slower" in out["accuracy"]
 
 
 def test_sampled_search_counts_unique_simulations_resumes_and_reports_the_gap(runs: Path) -> None:

@@ -55,6 +55,7 @@ def test_recovers_a_planted_gemm_share_and_writes_a_file_that_reproduces_the_ste
     assert (hw.accuracy.family, hw.accuracy.runs) == ("measured", len(PLANS))
     assert hw.accuracy.held_out_mape == pytest.approx(report["mape_held_out"], abs=0.05)
     assert hw.accuracy.in_sample_mape == pytest.approx(report["mape_calibrated"], abs=0.05)
+    assert hw.accuracy.ranked_sweeps == len(report["ranking"]) == 0  # no run names a family of plans
     for plan, t in zip(PLANS, times):
         _, est = simulate_plan("llama3-8b", plan, None, model_set=MODEL_SET, hardware=str(out))
         assert est.iteration_time_s == pytest.approx(t, rel=0.005)

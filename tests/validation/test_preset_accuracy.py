@@ -29,6 +29,9 @@ def test_each_calibrated_preset_carries_its_familys_fit_errors(family, preset):
     assert record is not None and record.family == family and record.runs == fit["rows"]
     assert record.held_out_mape == pytest.approx(fit["held_out_mape"], abs=0.05)
     assert record.in_sample_mape == pytest.approx(fit["in_sample_mape"], abs=0.05)
+    sweeps = fit["families"].values()
+    assert record.ranked_sweeps == len(sweeps)
+    assert record.top1_regret == pytest.approx(max(100 * f["top1_regret"] for f in sweeps), abs=0.05)
 
 
 def _expected(capsys, *extra: str):
@@ -45,7 +48,8 @@ def test_simulate_reports_the_held_out_error_only_where_it_was_measured(capsys):
     assert f"+/-{load_hardware('h100-sxm').accuracy.held_out_mape:.1f}%" in line
 
 
-@pytest.mark.parametrize("field,value", [("runs", 0), ("held_out_mape", -1.0), ("in_sample_mape", -0.1)])
+@pytest.mark.parametrize("field,value", [("runs", 0), ("held_out_mape", -1.0), ("in_sample_mape", -0.1),
+                                         ("ranked_sweeps", -1), ("top1_regret", -0.5)])
 def test_an_impossible_accuracy_record_is_refused_naming_the_field(field, value):
     good = {"family": "x", "runs": 3, "in_sample_mape": 2.0, "held_out_mape": 3.0}
     with pytest.raises(ConfigError, match=field):
