@@ -57,9 +57,12 @@ def hardware_path(name_or_path: str | Path) -> Path:
     return path
 
 
+RECORD = "accuracy"  # Hardware's validation record: data about a fit, not a knob
+
+
 def hw_override_keys() -> list[str]:
     """Every dotted key ``--hw-set`` accepts (scalars, plus ``gpu.peak_tflops``)."""
-    keys = [p for p, tp in field_paths(Hardware) if not is_group(tp)]
+    keys = [p for p, tp in field_paths(Hardware) if not is_group(tp) and not p.startswith(RECORD + ".")]
     return sorted(keys + ["gpu.peak_tflops"])
 
 
@@ -84,6 +87,10 @@ def apply_hw_overrides(hw: Hardware, overrides: Iterable[str]) -> Hardware:
             except ConfigError as err:
                 raise ConfigError(f"--hw-set {item}: {err}") from None
             continue
+        if key.split(".")[0] == RECORD:
+            raise ConfigError(f"--hw-set key '{key}': the accuracy record states how the preset's fit did on "
+                              "published runs, not a property of the machine; it cannot be set (stageopt calibrate "
+                              "writes one for your own runs)")
         if key not in paths:
             close = difflib.get_close_matches(key, hw_override_keys(), n=1, cutoff=0.5)
             hint = f"did you mean '{close[0]}'?" if close else "see stageopt.hardware.hw_override_keys()"

@@ -54,3 +54,12 @@ def test_an_impossible_accuracy_record_is_refused_naming_the_field(field, value)
     good = {"family": "x", "runs": 3, "in_sample_mape": 2.0, "held_out_mape": 3.0}
     with pytest.raises(ConfigError, match=field):
         Accuracy(**{**good, field: value})
+
+
+def test_the_accuracy_record_is_not_a_hardware_knob(capsys):
+    from stageopt.hardware import hw_override_keys
+
+    assert not [k for k in hw_override_keys() if k.startswith("accuracy")]
+    assert main(["simulate", *PLAN, "--hw-set", "accuracy.held_out_mape=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "accuracy.held_out_mape" in err and "\n" not in err
