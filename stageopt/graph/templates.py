@@ -145,8 +145,10 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = N
     b.region = "attn_core"
     if arch.attention == "flash":
         band = 1 if window is None else (2 * sp.Min(window, S) * S - sp.Min(window, S) ** 2) / S**2
+        # keys a query row keeps, S band / 2 on average, per mask edge (a window below S has two)
+        per_edge = S / 2 if window is None else band * S / 4
         o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention",
-                     flops_scale=2 * band, extra={"causal": True, "gemm": score_shape(4 * D)})
+                     flops_scale=2 * band, extra={"causal": True, "gemm": score_shape(4 * D, per_edge)})
     else:
         scores = b.einsum("scores", "bsgrd,btgd->bsgrt", (q, k), extra={"causal": True})
         (probs,) = b.vector("softmax", (scores,), flops_per_elem=5, bwd_flops_per_elem=4, needs=("out0",))

@@ -24,6 +24,15 @@ microbenchmark measures, with a physical range enforced on it:
   ``attention_*.fa2_peak_fraction`` what FlashAttention-2 (PyTorch SDPA's flash
   backend) reaches, measured where a GPU's kernels were timed
   (experiments/kernels/), else ``fa2_attention_scale`` times the best share;
+* ``attention_tile``: the query (and key) block a fused attention kernel computes at once.
+  A causal or sliding-window mask skips the blocks wholly outside it but computes the
+  blocks it cuts across in full (FlashAttention-2, Dao 2023, sec. 3.1.1: masking is
+  applied only to the blocks on the diagonal), so each query row pays about half a
+  block of keys more than it keeps at every mask edge: with ``n = S / T`` blocks of
+  ``T`` a side, causal attention over ``S`` keys computes ``n (n + 1) / 2`` blocks,
+  ``1 + T / S`` times its unmasked half. FlashAttention-3 and cuDNN's fused attention
+  run 128 x 128 blocks at head dim 128 on Hopper (FlashAttention-2 128 x 64 forward on
+  Ampere: the larger side sets the waste);
 * ``launch_us``: the fixed cost of one kernel on the GPU (launch gap, prologue);
 * a GEMM's *output store* is not hidden behind its main loop: each output tile
   is written after its last k-step, at the SM's share of HBM bandwidth (on H200
@@ -160,6 +169,9 @@ class GpuEfficiency:
         ge=0.2, le=10, doc="gap between kernels replayed from a CUDA graph"))
     fa2_attention_scale: float = field(default=1.0, metadata=bounds(
         gt=0.2, le=1.0, doc="FlashAttention-2 throughput relative to the best attention kernel"))
+    # FlashAttention-3 (Shah et al. 2024) / cuDNN: 128 x 128 blocks at head dim 128 on Hopper and Blackwell
+    attention_tile: float = field(default=128.0, metadata=bounds(
+        ge=16, le=512, doc="query/key block of a fused attention kernel: masked-edge blocks are computed whole"))
     # Megatron-Bridge skills/nemo-mbridge-perf-expert-parallel-overlap (2026-07-25 profile): 1.600 s / 3.959 s
     a2a_overlap_saving: float = field(default=0.40, metadata=bounds(
         gt=0, le=1.0, doc="share of an expert all-to-all's overlapped time that the step saves"))

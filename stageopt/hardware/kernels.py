@@ -138,7 +138,10 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
         wgrad, written * (wgrad_store_bytes / DTYPE_BYTES[high]), written)
     matmul = launch + np.maximum(padded / (fraction * peak), reads) + store + cast
     attn_peak = gpu.sustained_peak(high) * 1e12 / slowest
-    computed = kern.flops * np.where(kern.code == 2, 0.5, 1.0)  # causal kernels skip the masked half
+    # causal kernels skip the masked half, but compute whole every block a mask edge cuts across: half a block
+    # of keys more per query row and edge than the row keeps (kern.n: the keys it keeps per edge)
+    edge = np.where(kern.n > 0, 1.0 + 0.5 * eff.attention_tile / np.maximum(kern.n, 1.0), 1.0)
+    computed = kern.flops * np.where(kern.code == 2, 0.5 * edge, 1.0)
     attn_flops = computed * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0)
     attn_fraction = np.where(kern.backward, eff.attention_backward.fraction(attention_kernel, eff.fa2_attention_scale),
                              eff.attention_forward.fraction(attention_kernel, eff.fa2_attention_scale))

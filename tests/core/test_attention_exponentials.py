@@ -1,8 +1,10 @@
-"""The softmax inside flash attention: one exponential per score on the special-function units.
+"""The softmax inside flash attention: one exponential per computed score on the special-function units.
 
-Checked by hand through the analytical model: a one-layer model at sequence s with H query heads computes
-s^2 H / 2 causal scores forward and the backward recomputes each once, so pricing the exponentials adds
-exactly s^2 H / exp_tops seconds per micro-batch, whatever the head dims (MHA / GQA or MLA's 192 + 128).
+Checked by hand through the analytical model: a one-layer model at sequence s with H query heads, its
+causal mask cut into n = s / T blocks of T = 128 a side, computes the n (n + 1) / 2 blocks on and below the
+diagonal, H (s^2 / 2 + s T / 2) scores forward, and the backward recomputes each once, so pricing the
+exponentials adds exactly H (s^2 + s T) / exp_tops seconds per micro-batch, whatever the head dims (MHA /
+GQA or MLA's 192 + 128).
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ def _compute_s(model_name: str, sets: list[str], exp_tops: float | None, simulat
 def test_each_score_pays_one_exponential_forward_and_one_in_backward(model_name, sets, heads) -> None:
     seq = int(sets[1].split("=")[1])
     added = _compute_s(model_name, sets, 3.87) - _compute_s(model_name, sets, None)
-    assert added == pytest.approx(2 * seq**2 * heads / 2 / 3.87e12, rel=1e-9)
+    tile = load_hardware("h100-sxm").gpu.efficiency.attention_tile
+    assert tile == 128
+    blocks = (seq // tile) * (seq // tile + 1) // 2
+    assert added == pytest.approx(2 * heads * blocks * tile**2 / 3.87e12, rel=1e-9)
 
 
 def test_the_replay_prices_the_exponentials_as_the_analytical_model_does() -> None:
@@ -42,3 +47,12 @@ def test_the_replay_prices_the_exponentials_as_the_analytical_model_does() -> No
     added = [_compute_s("llama3-8b", sets, 3.87, sim) - _compute_s("llama3-8b", sets, None, sim)
              for sim in (AnalyticalSimulator, ReplaySimulator)]
     assert added[1] == pytest.approx(added[0], rel=1e-9)
+
+
+def test_a_sliding_window_pays_the_blocks_both_of_its_edges_cut() -> None:
+    """Window 1,024 over 8,192 positions in 128-wide blocks: query block b computes key blocks max(0, b - 8)
+    to b, 540 blocks in all (36 while the window fills, then 56 x 9) against 491.5 blocks of scores it keeps.
+    The model's edge term, 1 + T / (2 x keys kept per edge), lands within 1% of that count."""
+    sets = ["layers=1", "seq=8192", "layer_pattern=L", "sliding_window=1024"]
+    added = _compute_s("llama3-8b", sets, 3.87) - _compute_s("llama3-8b", sets, None)
+    assert added == pytest.approx(2 * 32 * 540 * 128**2 / 3.87e12, rel=0.01)

@@ -55,7 +55,8 @@ def test_recovers_a_planted_gemm_share_and_writes_a_file_that_reproduces_the_ste
     assert (hw.accuracy.family, hw.accuracy.runs) == ("measured", len(PLANS))
     assert hw.accuracy.held_out_mape == pytest.approx(report["mape_held_out"], abs=0.05)
     assert hw.accuracy.in_sample_mape == pytest.approx(report["mape_calibrated"], abs=0.05)
-    assert hw.accuracy.ranked_sweeps == len(report["ranking"]) == 0  # no run names a family of plans
+    assert hw.accuracy.ranked_sweeps == len(report["ranking"]) == 1  # the four plans of one model
+    assert hw.accuracy.top1_regret == pytest.approx(100 * report["ranking"]["llama3-8b layers=4"]["top1_regret"])
     for plan, t in zip(PLANS, times):
         _, est = simulate_plan("llama3-8b", plan, None, model_set=MODEL_SET, hardware=str(out))
         assert est.iteration_time_s == pytest.approx(t, rel=0.005)
