@@ -22,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import optuna
 
+    from stageopt.hardware.presets import ranking_accuracy
     from stageopt.search.artifacts import SUMMARY_ATTR, render_table, stored_summary, study_best, write_report
     from stageopt.search.objective import objectives_for
     from stageopt.search.session import META_ATTR
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"study {name}: {len(study.trials)} trials")
     print(render_table(best, objectives))
+    if best:
+        print(f"accuracy: {ranking_accuracy(best[0].record['hardware'])}")
     print("wrote " + ", ".join(Path(f).name for f in files.written))
     for note in files.notes:
         print(f"note: {note}")

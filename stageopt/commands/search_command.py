@@ -115,6 +115,7 @@ class LoopProgress:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stageopt.hardware.presets import ranking_accuracy
     from stageopt.search.artifacts import SUMMARY_ATTR, render_table, study_best, write_report
     from stageopt.search.session import run_search
     from stageopt.search.space import resolve_space_path
@@ -170,19 +171,6 @@ def run(args: argparse.Namespace) -> int:
     if exported:
         print(f"best plan's traces: {exported}")
     return 0
-
-
-def ranking_accuracy(hardware: str) -> str:
-    """What the best plan's hardware preset's validation says of its figures and of picking between plans."""
-    from stageopt.hardware import load_hardware
-
-    preset, *overrides = hardware.split()
-    hw = load_hardware(preset)
-    if hw.accuracy is None:
-        return f"not measured: {hw.name} was never fitted to published runs (experiments/validation)"
-    if overrides:
-        return f"not measured for {preset} changed by {' '.join(overrides)}"
-    return f"{hw.name}: {hw.accuracy.describe_ranking()}"
 
 
 def summary(result: SearchResult) -> dict:

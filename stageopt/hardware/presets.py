@@ -113,3 +113,15 @@ def _replace_creating(hw: Hardware, path: list[str], value: object) -> Hardware:
         raise ConfigError("interpod is not defined in this hardware; add an interpod section to a YAML "
                           "file (bandwidth_gbps, latency_us) instead of setting one field")
     return replace_path(hw, path, value)
+
+
+def ranking_accuracy(hardware: str) -> str:
+    """What a search record's hardware (``"preset [key=value ...]"``) preset's validation says of its figures
+    and of picking between plans."""
+    preset, *overrides = hardware.split()
+    hw = load_hardware(preset)
+    if hw.accuracy is None:
+        return f"not measured: {hw.name} was never fitted to published runs (experiments/validation)"
+    if overrides:
+        return f"not measured for {preset} changed by {' '.join(overrides)}"
+    return f"{hw.name}: {hw.accuracy.describe_ranking()}"

@@ -63,3 +63,14 @@ def test_the_accuracy_record_is_not_a_hardware_knob(capsys):
     assert main(["simulate", *PLAN, "--hw-set", "accuracy.held_out_mape=1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "accuracy.held_out_mape" in err and "\n" not in err
+
+
+def test_a_search_names_the_accuracy_only_of_the_machine_that_was_fitted():
+    from stageopt.hardware.presets import ranking_accuracy
+
+    record = load_hardware("b200").accuracy
+    assert ranking_accuracy("b200") == (f"b200: +/-{record.held_out_mape:.1f}% per plan; in {record.ranked_sweeps} "
+                                        f"published sweep of plans on blackwell the predicted-best plan ran at most "
+                                        f"{record.top1_regret:.1f}% slower than the best")
+    assert ranking_accuracy("b200 gpu.hbm_gib=288").startswith("not measured for b200 changed by gpu.hbm_gib=288")
+    assert ranking_accuracy("mi300x").startswith("not measured: mi300x was never fitted")
