@@ -14,6 +14,9 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
+from stageopt.hardware.presets import hardware_from_dict
 from stageopt.validation.calibrate import FAMILIES
 
 HERE = Path(__file__).resolve().parent
@@ -34,11 +37,13 @@ def _format(value: float) -> str:
     return f"{value:.3g}" if value < 1 else f"{value:g}"
 
 
-def accuracy_line(family: str, fit: dict) -> str:
-    """The preset's ``accuracy`` record: what ``stageopt simulate`` tells users to expect of it."""
+def accuracy_line(family: str, fit: dict, machine: str) -> str:
+    """The preset's ``accuracy`` record: what ``stageopt simulate`` tells users to expect of it, for the machine
+    with fingerprint ``machine`` alone."""
     sweeps = fit.get("families", {})
     regret = max((100 * f["top1_regret"] for f in sweeps.values()), default=0.0)
-    return (f"accuracy: {{family: {family}, runs: {fit['rows']}, in_sample_mape: {fit['in_sample_mape']:.1f}, "
+    return (f"accuracy: {{family: {family}, machine: '{machine}', runs: {fit['rows']}, "
+            f"in_sample_mape: {fit['in_sample_mape']:.1f}, "
             f"held_out_mape: {fit['held_out_mape']:.1f}, ranked_sweeps: {len(sweeps)}, top1_regret: {regret:.1f}}}"
             "  # experiments/validation/calibration.json")
 
@@ -55,7 +60,8 @@ def apply(family: str, fit: dict) -> None:
             text, found = re.subn(PATTERNS[key], lambda m: m.group(1) + _format(float(value)), text, count=1)
             if found != 1:
                 raise SystemExit(f"{path.name}: no line for {key}")
-        record = accuracy_line(family, fit)
+        machine = hardware_from_dict(yaml.safe_load(re.sub(r"(?m)^accuracy: .*$", "", text))).fingerprint()
+        record = accuracy_line(family, fit, machine)
         text, found = re.subn(r"(?m)^accuracy: .*$", lambda m: record, text, count=1)
         if not found:  # first calibration: the record goes after the price
             text, found = re.subn(r"(?m)^(cost_per_gpu_hour: .*)$", lambda m: m.group(1) + "\n" + record, text, count=1)

@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _accuracy(hw) -> str:
     """Throughput MAPE with each source held out of the preset's fit, over the runs it covers ('-': never fitted)."""
-    return "-" if hw.accuracy is None else f"{hw.accuracy.held_out_mape:.1f}% ({hw.accuracy.runs})"
+    record = hw.measured_accuracy
+    return "-" if record is None else f"{record.held_out_mape:.1f}% ({record.runs})"
 
 
 def _peak(tflops: float | None) -> str:

@@ -50,13 +50,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def expected_error(hw: Hardware, args: argparse.Namespace) -> tuple[float | None, str]:
     """The held-out error the hardware preset's calibration left (None where it does not apply) and its line."""
-    if hw.accuracy is None:
-        return None, f"not measured: {hw.name} was never fitted to published runs (experiments/validation)"
-    if args.hw_set:
-        return None, "not measured for a preset changed by --hw-set"
+    record = hw.measured_accuracy
+    if record is None:
+        return None, hw.accuracy_unknown()
     if args.backend != "analytical":
-        return None, f"measured for the analytical backend: {hw.accuracy.describe()}"
-    return hw.accuracy.held_out_mape, hw.accuracy.describe()
+        return None, f"measured for the analytical backend: {record.describe()}"
+    return record.held_out_mape, record.describe()
 
 
 def render(est: Estimate, plan: Plan, fit: dict | None = None, pace: float = 1.0, accuracy: str = "") -> str:

@@ -17,6 +17,8 @@ efficiency models are :mod:`stageopt.hardware.efficiency`, collective costs
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -250,6 +252,7 @@ class Accuracy:
     (``experiments/validation/calibrate.py``; written into the preset by ``apply_calibration.py``)."""
 
     family: str
+    machine: str  # Hardware.fingerprint() of the machine fitted: the record holds for it alone
     runs: int = field(metadata=bounds(ge=1, doc="published runs the figures cover"))
     in_sample_mape: float = field(metadata=bounds(ge=0, doc="throughput MAPE, %, fitted on every run"))
     held_out_mape: float = field(metadata=bounds(ge=0, doc="throughput MAPE, %, each source held out of the fit"))
@@ -291,6 +294,28 @@ class Hardware:
         if self.interpod is not None and self.scaleout.nodes is None:
             raise ConfigError("Hardware.interpod is set but scaleout.nodes is null; "
                               "give scaleout.nodes (nodes per pod) or drop interpod")
+
+    def fingerprint(self) -> str:
+        """A digest of everything that prices a step (not the name, description, price or accuracy record)."""
+        plain = dataclasses.asdict(dataclasses.replace(self, name="", description="", cost_per_gpu_hour=1.0,
+                                                       accuracy=None))
+        return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    @property
+    def measured_accuracy(self) -> Accuracy | None:
+        """The accuracy record where it was fitted on this very machine; None where there is none, or where the
+        machine has changed since (an override, an edited copy of the file)."""
+        record = self.accuracy
+        return record if record is not None and record.machine == self.fingerprint() else None
+
+    def accuracy_unknown(self) -> str:
+        """Why no accuracy applies ('' where :attr:`measured_accuracy` does)."""
+        if self.accuracy is None:
+            return f"not measured: {self.name} was never fitted to measured runs (experiments/validation)"
+        if self.measured_accuracy is None:
+            return (f"not measured for this machine: it differs from the one {self.name}'s accuracy record was "
+                    "fitted on (an override or an edited file)")
+        return ""
 
     @property
     def tiers(self) -> tuple[Tier, ...]:

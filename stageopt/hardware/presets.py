@@ -119,9 +119,6 @@ def ranking_accuracy(hardware: str) -> str:
     """What a search record's hardware (``"preset [key=value ...]"``) preset's validation says of its figures
     and of picking between plans."""
     preset, *overrides = hardware.split()
-    hw = load_hardware(preset)
-    if hw.accuracy is None:
-        return f"not measured: {hw.name} was never fitted to published runs (experiments/validation)"
-    if overrides:
-        return f"not measured for {preset} changed by {' '.join(overrides)}"
-    return f"{hw.name}: {hw.accuracy.describe_ranking()}"
+    hw = apply_hw_overrides(load_hardware(preset), overrides)
+    record = hw.measured_accuracy
+    return f"{hw.name}: {record.describe_ranking()}" if record else f"{hw.name}: {hw.accuracy_unknown()}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from stageopt.hardware import Hardware, load_hardware
-from stageopt.hardware.presets import hardware_path
+from stageopt.hardware.presets import hardware_from_dict, hardware_path
 from stageopt.inputs.gate import load_yaml_mapping
 
 
@@ -30,8 +30,8 @@ def write_calibrated_hardware(base: str, hw_set: Sequence[str], path: Path, head
         key, _, value = item.partition("=")
         _set(data, key.split("."), yaml.safe_load(value))
     data.pop("accuracy", None)
-    if accuracy is not None:
-        data["accuracy"] = dict(accuracy)
+    if accuracy is not None:  # for this machine alone: its fingerprint goes with the figures
+        data["accuracy"] = {"machine": hardware_from_dict(data).fingerprint(), **accuracy}
     data["name"] = path.stem
     data["description"] = f"{data.get('description', base)}; calibrated to measured runs"
     comments = "".join(f"# {line}\n" for line in header)

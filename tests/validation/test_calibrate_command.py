@@ -53,6 +53,7 @@ def test_recovers_a_planted_gemm_share_and_writes_a_file_that_reproduces_the_ste
     assert hw.name == "cluster"
     # the file states its own fit's errors, never the base preset's (which describe another fit)
     assert (hw.accuracy.family, hw.accuracy.runs) == ("measured", len(PLANS))
+    assert hw.measured_accuracy == hw.accuracy  # fitted on this very machine
     assert hw.accuracy.held_out_mape == pytest.approx(report["mape_held_out"], abs=0.05)
     assert hw.accuracy.in_sample_mape == pytest.approx(report["mape_calibrated"], abs=0.05)
     assert hw.accuracy.ranked_sweeps == len(report["ranking"]) == 1  # the four plans of one model

@@ -25,8 +25,11 @@ PLAN = ["--model", "llama3-8b", "--set", "layers=2", "--plan", "tp=1 pp=1 dp=8 m
 @pytest.mark.parametrize("family,preset", [(f, p) for f, presets in FAMILIES.items() for p in presets])
 def test_each_calibrated_preset_carries_its_familys_fit_errors(family, preset):
     fit = json.loads(CALIBRATION.read_text())[family]
-    record = load_hardware(preset).accuracy
-    assert record is not None and record.family == family and record.runs == fit["rows"]
+    hw = load_hardware(preset)
+    record = hw.measured_accuracy
+    assert record is not None, f"{preset}: its accuracy record is missing or names another machine than the file's " \
+                               "(a hardware field changed?); rerun experiments/validation/apply_calibration.py"
+    assert record.family == family and record.runs == fit["rows"] and record.machine == hw.fingerprint()
     assert record.held_out_mape == pytest.approx(fit["held_out_mape"], abs=0.05)
     assert record.in_sample_mape == pytest.approx(fit["in_sample_mape"], abs=0.05)
     sweeps = fit["families"].values()
@@ -51,7 +54,7 @@ def test_simulate_reports_the_held_out_error_only_where_it_was_measured(capsys):
 @pytest.mark.parametrize("field,value", [("runs", 0), ("held_out_mape", -1.0), ("in_sample_mape", -0.1),
                                          ("ranked_sweeps", -1), ("top1_regret", -0.5)])
 def test_an_impossible_accuracy_record_is_refused_naming_the_field(field, value):
-    good = {"family": "x", "runs": 3, "in_sample_mape": 2.0, "held_out_mape": 3.0}
+    good = {"family": "x", "machine": "0123456789ab", "runs": 3, "in_sample_mape": 2.0, "held_out_mape": 3.0}
     with pytest.raises(ConfigError, match=field):
         Accuracy(**{**good, field: value})
 
@@ -72,5 +75,17 @@ def test_a_search_names_the_accuracy_only_of_the_machine_that_was_fitted():
     assert ranking_accuracy("b200") == (f"b200: +/-{record.held_out_mape:.1f}% per plan; in {record.ranked_sweeps} "
                                         f"published sweep of plans on blackwell the predicted-best plan ran at most "
                                         f"{record.top1_regret:.1f}% slower than the best")
-    assert ranking_accuracy("b200 gpu.hbm_gib=288").startswith("not measured for b200 changed by gpu.hbm_gib=288")
-    assert ranking_accuracy("mi300x").startswith("not measured: mi300x was never fitted")
+    assert ranking_accuracy("b200 gpu.hbm_gib=288").startswith("b200: not measured for this machine")
+    assert ranking_accuracy("b200 gpu.hbm_gib=180") == ranking_accuracy("b200")  # the same machine
+    assert ranking_accuracy("mi300x").startswith("mi300x: not measured: mi300x was never fitted")
+
+
+def test_an_edited_copy_of_a_preset_loses_its_accuracy_but_not_for_a_new_name_or_price(tmp_path):
+    text = (Path(__file__).resolve().parents[2] / "simulators" / "hardware" / "h100-sxm.yaml").read_text()
+    renamed = tmp_path / "mine.yaml"
+    renamed.write_text(text.replace("name: h100-sxm", "name: mine").replace("cost_per_gpu_hour: 3.0",
+                                                                            "cost_per_gpu_hour: 2.2"))
+    assert load_hardware(renamed).measured_accuracy == load_hardware("h100-sxm").accuracy
+    faster = tmp_path / "faster.yaml"
+    faster.write_text(text.replace("bandwidth_gbps: 450", "bandwidth_gbps: 900"))
+    assert load_hardware(faster).accuracy is not None and load_hardware(faster).measured_accuracy is None
