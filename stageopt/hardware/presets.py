@@ -18,6 +18,7 @@ from stageopt.inputs.shipped import SIMULATORS_PACKAGE, shipped_dir, shipped_nam
 
 SIMULATORS_DIR = shipped_dir(SIMULATORS_PACKAGE)  # the checkout's simulators/, or stageopt/simulators/ in a wheel
 PRESETS_DIR = SIMULATORS_DIR / "hardware"
+RECORD = "accuracy"  # Hardware's validation record: data about a fit, not a knob --hw-set may turn
 
 def list_hardware_presets() -> list[str]:
     """Names of the YAML presets shipped in ``simulators/hardware/``."""
@@ -55,9 +56,6 @@ def hardware_path(name_or_path: str | Path) -> Path:
             raise ConfigError(f"unknown hardware preset {text!r}; {hint}known presets: {', '.join(known)} "
                               f"(or pass a path to a .yaml file)")
     return path
-
-
-RECORD = "accuracy"  # Hardware's validation record: data about a fit, not a knob
 
 
 def hw_override_keys() -> list[str]:
