@@ -180,8 +180,8 @@ GEMM_FIELDS = ("m", "n", "k", "batch", "cast")  # "cast": elements a low-precisi
 
 
 def gemm_shape(op: Op) -> tuple[sp.Expr, ...]:
-    """Per-rank (m, n, k, batch) of a matmul op; (0, 0, FLOPs per score, 0) of an attention op
-    (:func:`stageopt.graph.tensor.score_shape`); zeros for other kernels (priced by FLOPs or bytes)."""
+    """Per-rank (m, n, k, batch, cast) of a matmul op; (0, keys per mask edge, FLOPs per score, 0, 0) of an
+    attention op (:func:`stageopt.graph.tensor.score_shape`); zeros for other kernels (priced by FLOPs or bytes)."""
     return tuple(op.attrs.get("gemm", (sp.Integer(0),) * len(GEMM_FIELDS)))
 
 
