@@ -89,3 +89,18 @@ def test_an_edited_copy_of_a_preset_loses_its_accuracy_but_not_for_a_new_name_or
     faster = tmp_path / "faster.yaml"
     faster.write_text(text.replace("bandwidth_gbps: 450", "bandwidth_gbps: 900"))
     assert load_hardware(faster).accuracy is not None and load_hardware(faster).measured_accuracy is None
+
+
+def test_each_record_still_describes_the_model_as_it_prices_today():
+    """The in-sample figure is the family's MAPE under the presets as shipped: recomputed here from the published
+    runs, it must match the record (to half a point), so a change to the cost model that leaves the records stale
+    (rerun calibrate.py and apply_calibration.py) fails here rather than misleading users."""
+    from stageopt.validation import load_runs, mape, predict_all
+
+    runs = load_runs(CALIBRATION.parent / "published_runs.csv")
+    comps, _ = predict_all(runs)
+    for family, presets in FAMILIES.items():
+        record = load_hardware(presets[0]).accuracy
+        rows = [c for c in comps if c.run.hardware in presets]
+        assert len(rows) == record.runs, family
+        assert mape(rows) == pytest.approx(record.in_sample_mape, abs=0.5), family
