@@ -84,12 +84,13 @@ def _wait_for_trials(runs: Path, storage: str | None, name: str, n: int, proc: s
 
 def test_two_workers_on_one_journal_never_simulate_a_plan_twice(tmp_path: Path) -> None:
     """A CLI worker on the default space (3,501 plans); once it is searching, a second worker joins from this
-    process (no start-up delay, so the two surely overlap)."""
-    runs, name, budget = tmp_path / "runs", "two", 300
+    process (no start-up delay). The budget is large enough that the first is still searching when the second has
+    joined, even on two loaded cores: at 300 the first once finished before the second asked a trial."""
+    runs, name, budget = tmp_path / "runs", "two", 600
     space = load_space("default")
     take_census(space, HardwareCatalog(space))  # compile the cost model here first, so the join is quick
     first = _worker(runs, None, name, "--space", "default", "--join", "--budget", str(budget))
-    _wait_for_trials(runs, None, name, 3, first)
+    _wait_for_trials(runs, None, name, 1, first)
     assert first.poll() is None, "the first worker finished before the second could join"
     second = run_search(SearchOptions(budget=budget, runs_dir=str(runs), study_name=name, join=True))
     _finish(first)
