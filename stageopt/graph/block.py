@@ -57,6 +57,8 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
     if kind == "mtp":
         return b, x, templates.mtp_input(b, x, arch)
     mixer, ffn = kind_parts(kind)
+    if arch.parallel_block != "off" and mixer in ("attn", "swa") and ffn == "mlp":
+        return b, x, templates.parallel_layer(b, x, arch, window=SW if mixer == "swa" else None)
     y = x
     if mixer == "attn":
         y = mla_attention(b, x, arch) if arch.attention_type == "mla" else templates.attention(b, x, arch)
@@ -224,4 +226,5 @@ def arch_of(model, plan) -> Arch:
                 cp_comm=plan.cp_comm, moe_overlap=bool(plan.moe_overlap) and model.shared_experts > 0,
                 selective=f"modules:{plan.recompute_modules}" if plan.recompute_modules else stack.selective_recompute,
                 expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard,
-                lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0)
+                lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0,
+                parallel_block=model.parallel_block)

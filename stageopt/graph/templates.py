@@ -47,6 +47,7 @@ class Arch:
     expert_tp: bool = True  # routed experts split over TP (Megatron's expert TP = tp) or whole on every TP rank
     tp_regather: bool = True  # SP: save a TP all-gather's shard and re-gather in backward (Megatron), else keep it whole
     lowp_gather: float = 0.0  # bytes an element of a low-precision GEMM's TP-gathered input moves (0: high precision)
+    parallel_block: str = "off"  # off | shared_norm | two_norms (ModelSpec.parallel_block)
 
 
 ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads
@@ -122,13 +123,37 @@ def _residual_add(b: GraphBuilder, x: Tensor, y: Tensor, arch: Arch, name: str) 
 
 
 def attention(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = None) -> Tensor:
-    """Pre-norm self-attention with grouped-query heads; returns x + attn(x).
+    """Pre-norm self-attention with grouped-query heads; returns x + attn(x)."""
+    y = _attention_mix(b, _norm(b, x, arch, "ln1"), arch, window)
+    y = _bias(b, y, arch, "proj", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
+    y = _dropout(b, y, arch, "proj_dropout", fuse="bias_dropout_add")
+    return _residual_add(b, x, y, arch, "attn_residual")
+
+
+def parallel_layer(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = None) -> Tensor:
+    """Attention and MLP side by side (``Arch.parallel_block``): ``x + attn(ln1(x)) + mlp(ln2(x))``, with
+    ``ln2 = ln1`` under ``shared_norm``. The two row-parallel outputs are partial sums over TP that add up
+    locally, so one reduction (all-reduce, or reduce-scatter with SP) serves both; under SP the shared norm's
+    output is gathered once for the QKV and the MLP GEMMs. Biases and dropout act on the reduced sum."""
+    h = _norm(b, x, arch, "ln1")
+    h_mlp = _norm(b, x, arch, "ln2") if arch.parallel_block == "two_norms" else h
+    attn = _attention_mix(b, h, arch, window)
+    mlp_out = _mlp_core(b, h_mlp, arch, F, "mlp")
+    (y,) = b.vector("branch_sum", (attn, mlp_out), bwd="identity", linear=True, fuse="bias_dropout_add")
+    for name in ("proj", "mlp.fc2"):
+        y = _bias(b, y, arch, name, H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
+    y = _dropout(b, y, arch, "hidden_dropout", fuse="bias_dropout_add")
+    return _residual_add(b, x, y, arch, "residual")
+
+
+def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | None) -> Tensor:
+    """QKV projections, attention and the row-parallel output projection of the normed input ``h``; returns
+    the projection's output (a partial sum over TP).
 
     ``window``: sliding-window attention over that many past tokens; a fused kernel then computes the
     causal band, ``(2 W S - W^2) / S^2`` of the full matrix (counted, like causal attention, as twice
     the positions a causal kernel visits).
     """
-    h = _norm(b, x, arch, "ln1")
     qkv = {"gemm_group": "qkv"}  # one fused GEMM where the stack fuses the projections
     q = b.einsum("q", "bsh,hgrd->bsgrd", (h, weight("wq", (H, G, R, D), Layout.of(tp=Split(1)))), extra=qkv)
     k = b.einsum("k", "bsh,hgd->bsgd", (h, weight("wk", (H, G, D), Layout.of(tp=Split(1)))), extra=qkv)
@@ -156,10 +181,7 @@ def attention(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | None = N
         o = b.einsum("context", "bsgrt,btgd->bsgrd", (probs, v), extra={"causal": True})
     b.region = ""
     (o,) = ulysses_gather(b, arch, (o,))
-    y = b.einsum("proj", "bsgrd,grdh->bsh", (o, weight("wo", (G, R, D, H), Layout.of(tp=Split(0)))))
-    y = _bias(b, y, arch, "proj", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
-    y = _dropout(b, y, arch, "proj_dropout", fuse="bias_dropout_add")
-    return _residual_add(b, x, y, arch, "attn_residual")
+    return b.einsum("proj", "bsgrd,grdh->bsh", (o, weight("wo", (G, R, D, H), Layout.of(tp=Split(0)))))
 
 
 def _mlp_core(b: GraphBuilder, h: Tensor, arch: Arch, width: sp.Expr, name: str) -> Tensor:

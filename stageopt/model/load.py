@@ -27,6 +27,7 @@ from stageopt.inputs.limits import MODEL_BOUNDS
 from stageopt.inputs.shipped import MODEL_PRESETS_PACKAGE, shipped_dir, shipped_names
 from stageopt.model.hf_deepseek import DEEPSEEK_TYPES, deepseek_fields
 from stageopt.model.hf_hybrid import HYBRID_TYPES, hybrid_fields
+from stageopt.model.hf_parallel import PARALLEL_TYPES, parallel_fields
 from stageopt.model.spec import ModelSpec
 
 PRESET_DIR = shipped_dir(MODEL_PRESETS_PACKAGE, "presets")
@@ -207,6 +208,8 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
         if kind == "gemma3" and isinstance(cfg.get("text_config"), dict):  # multimodal config: the language model
             cfg = {**cfg["text_config"], "model_type": "gemma3_text"}
         return _families(hybrid_fields, cfg, origin)
+    if kind in PARALLEL_TYPES:
+        return _families(parallel_fields, cfg, origin)
     if kind == "gpt2":
         hidden = _hf_int(cfg, "n_embd", origin)
         heads = _hf_int(cfg, "n_head", origin)
@@ -216,7 +219,7 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
                 "position": "learned", "tied_embeddings": True, "bias": True, "dropout": True,
                 **_training_seq(_hf_int(cfg, "n_positions", origin, None), "n_positions", origin)}
     raise ConfigError(f"{origin}: unsupported Hugging Face model_type {kind!r}; "
-                      f"supported: {', '.join((*_LLAMA_LIKE, 'gpt2', *DEEPSEEK_TYPES, *HYBRID_TYPES))} "
+                      f"supported: {', '.join(_SUPPORTED)} "
                       "(or write a stageopt YAML)")
 
 
@@ -233,6 +236,7 @@ def _families(reader, cfg: dict[str, Any], origin: str) -> dict[str, Any]:
 
 
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+_SUPPORTED = (*_LLAMA_LIKE, "gpt2", *DEEPSEEK_TYPES, *HYBRID_TYPES, *PARALLEL_TYPES)
 
 
 def _training_seq(limit: int | None, key: str, origin: str) -> dict[str, Any]:

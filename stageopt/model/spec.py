@@ -21,6 +21,7 @@ ACTIVATIONS = ("gelu", "swiglu")
 ATTENTIONS = ("flash", "eager")
 POSITIONS = ("learned", "rope")
 ATTENTION_TYPES = ("mha", "mla")
+PARALLEL_BLOCKS = ("off", "shared_norm", "two_norms")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,6 +66,11 @@ class ModelSpec:
     ``--moe-router-group-topk``, DeepSeek-V3's device-limited routing: 8 and 4) split the experts into
     groups and let each token pick its experts from that many groups; a node-deduplicated dispatch then
     reaches fewer nodes. 0: unlimited.
+
+    ``parallel_block`` computes a layer's attention and MLP side by side from the same input,
+    ``x + attn(ln(x)) + mlp(ln(x))`` (GPT-J, PaLM, Falcon-7B, MegaScale: ``shared_norm``; GPT-NeoX's parallel
+    residual and Falcon-40B/180B normalize each branch on its own: ``two_norms``). Both row-parallel outputs add
+    up before one reduction over TP, so a layer reduces once each way instead of twice. ``off``: sequential.
     """
 
     name: str = "custom"
@@ -107,6 +113,7 @@ class ModelSpec:
     mtp_layers: int = 0
     router_groups: int = 0
     router_group_topk: int = 0
+    parallel_block: str = "off"
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -183,7 +190,9 @@ def _validate(spec: ModelSpec) -> None:
     _require_choice(spec, "attention", ATTENTIONS)
     _require_choice(spec, "position", POSITIONS)
     _require_choice(spec, "attention_type", ATTENTION_TYPES)
+    _require_choice(spec, "parallel_block", PARALLEL_BLOCKS)
     _validate_layer_pattern(spec)
+    _validate_parallel_block(spec)
     if spec.attention_type == "mla":
         missing = [n for n in ("kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim") if not getattr(spec, n)]
         if missing:
@@ -233,3 +242,15 @@ def _validate_layer_pattern(spec: ModelSpec) -> None:
         if spec.seq % spec.ssm_chunk:
             raise ConfigError(f"model: seq={spec.seq} must be a multiple of ssm_chunk={spec.ssm_chunk} "
                               "(the state-space-duality chunk length); change one of them")
+
+
+def _validate_parallel_block(spec: ModelSpec) -> None:
+    """A parallel block pairs one attention with one dense MLP: no experts, latent attention or Mamba layers."""
+    if spec.parallel_block == "off":
+        return
+    odd = sorted({c for c in spec.layer_pattern if c not in "GL"})
+    clash = ("experts" if spec.experts else "attention_type=mla" if spec.attention_type == "mla"
+             else f"layer_pattern characters {''.join(odd)}" if odd else "")
+    if clash:
+        raise ConfigError(f"model: parallel_block={spec.parallel_block} pairs one attention with one dense MLP per "
+                          f"layer and cannot be combined with {clash}; set parallel_block=off")

@@ -25,6 +25,7 @@ from functools import lru_cache
 
 import sympy as sp
 
+from stageopt.errors import ConfigError
 from stageopt.graph import templates
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.fusion import fuse_ops
@@ -111,7 +112,14 @@ def inference_arch(model, tp: int) -> Arch:
     launch fused kernels for the norm with its residual add, the gated
     activation and RoPE (vLLM's fused_add_rms_norm, silu_and_mul,
     rotary_embedding): the fusion groups of :mod:`stageopt.graph.fusion`.
+
+    Serving prices a layer as an attention half and an MLP half, each with its own TP pool; a parallel
+    block (one reduction for both) does not split so, and is refused rather than priced as sequential.
     """
+    if model.parallel_block != "off":
+        raise ConfigError(f"model field 'parallel_block' = {model.parallel_block}: stageopt serve models sequential "
+                          "layers only; set parallel_block=off for an estimate that charges each layer one more "
+                          "TP all-reduce (and norm) than it runs")
     return Arch(norm=model.norm, activation=model.activation, attention="flash", position=model.position,
                 bias=model.bias, dropout=False, tied=model.tied_embeddings,
                 shared_experts=model.shared_experts > 0, sp=False, fusions=SERVING_FUSIONS,

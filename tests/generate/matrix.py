@@ -15,6 +15,8 @@ LLAMA6 = ("llama3-70b", ("layers=6", "seq=256"))
 NEMOTRON = ("nemotron-h-8b", ("layers=4", "seq=256", "layer_pattern=mfaf", "ssm_chunk=64"))
 GPTOSS = ("gpt-oss-120b", ("layers=4", "seq=256"))
 GEMMA = ("gemma3-27b", ("layers=6", "seq=256", "sliding_window=64"))
+PARALLEL_GPT = ("gpt3-175b", ("layers=4", "seq=256", "parallel_block=shared_norm"))
+NEOX = ("gpt-neox-20b", ("layers=4", "seq=256"))
 
 # (model, overrides, plan, gpus, dp bucket)
 CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
@@ -62,6 +64,9 @@ CASES: list[tuple[tuple[str, tuple[str, ...]], str, int, str]] = [
     (NEMOTRON, "tp=2 pp=2 sp=on gbs=4", 4, "layer"),
     (GPTOSS, "pp=2 dp=2 ep=2 tp=2 sp=on gbs=4", 8, "layer"),
     (GEMMA, "tp=2 cp=2 sp=on gbs=2 recompute=full", 4, "layer"),
+    # parallel attention + MLP blocks: one shared norm (PaLM-style), two norms (GPT-NeoX)
+    (PARALLEL_GPT, "tp=2 sp=on dp=2 zero=1", 4, "layer"),
+    (NEOX, "tp=2 pp=2 gbs=4 recompute=full", 4, "layer"),
     # context parallelism: Ulysses all-to-all, ring (p2p)
     (LLAMA, "cp=4 dp=2 gbs=4 cp_comm=a2a", 8, "layer"),
     (DEEPSEEK, "tp=2 cp=2 sp=on dp=2 ep=2 gbs=4 cp_comm=a2a", 8, "layer"),
