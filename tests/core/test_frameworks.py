@@ -145,3 +145,20 @@ def test_context_parallel_exchange_defaults_to_the_stacks():
     assert Plan.parse("cp=2 dp=4 gbs=8 framework=torchtitan").cp_comm == "all_gather"
     assert Plan.parse("cp=2 dp=4 gbs=8 cp_comm=all_gather").cp_comm == "all_gather"
     assert Plan.parse("cp=1 dp=4 gbs=4").cp_comm == "all_gather"  # nothing to exchange
+
+
+def test_megatron_lm_2020_sends_whole_activations_and_has_no_interleaving():
+    """January 2021 Megatron-LM (before PTD-P): a stage sends its whole s x b x h fp16 activation forward and
+    its gradient backward, once per micro-batch each; the 2021 stack sends 1/tp of it (scatter/gather)."""
+    from stageopt.workload.stats import stage_stats
+
+    model = load_model("gpt3-175b", ["layers=8"])
+    sent = {}
+    for name in ("megatron-lm-2020", "megatron-lm-2021"):
+        plan = Plan.parse("tp=8 pp=2 dp=1 mbs=1 gbs=4 recompute=full dtype=fp16", framework=load_profile(name))
+        sent[name] = stage_stats(build_workload(model, plan, 16), 0).p2p_bytes
+    whole = model.seq * 1 * model.hidden * 2
+    assert sent["megatron-lm-2020"] == 4 * whole  # 4 micro-batches' activations out, no gradient sent back
+    assert sent["megatron-lm-2021"] == sent["megatron-lm-2020"] / 8
+    with pytest.raises(InfeasiblePlan, match="schedule=interleaved is not implemented by framework megatron-lm-2020"):
+        build_workload(model, Plan.parse("tp=8 pp=2 vpp=2 gbs=4 schedule=interleaved framework=megatron-lm-2020"), 16)
