@@ -9,7 +9,7 @@ sharding), with the flag names those frameworks document. Imports ``model``,
 """
 
 from stageopt.launch.bridge import bridge_settings
-from stageopt.launch.common import TARGETS, LaunchSettings, targets_of
+from stageopt.launch.common import TARGETS, LaunchSettings, refuse, targets_of
 from stageopt.launch.megatron import megatron_settings
 from stageopt.launch.torchtitan import torchtitan_settings
 from stageopt.model import ModelSpec
@@ -21,5 +21,9 @@ __all__ = ["TARGETS", "LaunchSettings", "bridge_settings", "launch_settings", "m
 
 def launch_settings(target: str, model: ModelSpec, plan: Plan) -> LaunchSettings:
     """The launch settings of ``plan`` on ``model`` for ``target`` (one of :data:`TARGETS`)."""
+    if model.parallel_block != "off":  # none of the targets builds attention and MLP side by side
+        raise refuse(target, f"model field parallel_block={model.parallel_block} (attention and MLP side by side) is "
+                     f"not a layer {target} builds", "export a sequential model (parallel_block=off) or run the "
+                     "plan on a stack that has the block (GPT-NeoX's library)")
     exporters = {"megatron": megatron_settings, "megatron-bridge": bridge_settings, "torchtitan": torchtitan_settings}
     return exporters[target](model, plan)

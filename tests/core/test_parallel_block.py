@@ -134,3 +134,9 @@ def test_serve_refuses_a_parallel_block_in_one_line(capsys):
                  "--traffic", "rate=4 input=1024 output=256 requests=100", "--no-sim"])
     err = capsys.readouterr().err
     assert code == 2 and "parallel_block" in err and len(err.strip().splitlines()) == 1
+
+
+def test_export_refuses_a_parallel_block_no_target_builds(capsys):
+    code = main(["export", "--model", "gpt-neox-20b", "--plan", "tp=2 pp=4 dp=12 mbs=4 gbs=1536", "--gpus", "96"])
+    err = capsys.readouterr().err
+    assert code == 2 and "parallel_block=two_norms" in err and len(err.strip().splitlines()) == 1
