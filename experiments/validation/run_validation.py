@@ -17,8 +17,8 @@ import argparse
 import csv
 from pathlib import Path
 
-from stageopt.validation import (family_ranking, load_runs, mape, precision_pairs, predict_all, repeated_setups,
-                                 scale_pairs)
+from stageopt.validation import (family_ranking, load_runs, mape, precision_pairs, predict_all, recipe_repeats,
+                                 repeated_setups, scale_pairs)
 from stageopt.validation.compare import by_key
 
 HERE = Path(__file__).resolve().parent
@@ -86,6 +86,19 @@ def print_repeats(comps) -> None:
     print(f"  these {in_repeats} rows alone keep the all-rows MAPE at or above {100 * floor_all:.1f}%")
 
 
+def print_recipe_repeats(comps) -> None:
+    """One plan on one machine in several releases, the FP8 scaling recipe changed: how much of the change the
+    model follows (what a release gains besides the recipe is out of a cost model's reach)."""
+    groups = recipe_repeats(comps)
+    if not groups:
+        return
+    print(f"\n{len(groups)} setups measured in more than one release, the FP8 scaling recipe aside (slowest first):")
+    print(f"  {'rows':<70} {'measured':>8} {'predicted':>9}")
+    for rows, measured, predicted in groups:
+        ids = ", ".join(c.run.id for c in rows)
+        print(f"  {ids[:70]:<70} {100 * measured:>+7.1f}% {100 * predicted:>+8.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Predicted vs published throughput of every published run.")
     parser.add_argument("runs", nargs="?", type=Path, default=HERE / "published_runs.csv",
@@ -104,6 +117,7 @@ def main() -> None:
     for name, (n, rho, regret) in sorted(family_ranking(comps).items()):
         print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
     print_repeats(comps)
+    print_recipe_repeats(comps)
     # same source and plan in BF16 and in FP8: a gap between their errors is a precision-specific miss
     print_gaps(precision_pairs(comps), "plans measured in BF16 and in low precision by one source (gap: low-precision "
                "error minus BF16 error):", lambda c: c.run.hardware, 16)

@@ -10,9 +10,10 @@ import it.
 """
 
 from stageopt.validation.compare import (Comparison, family_ranking, mape, precision_pairs, predict, predict_all,
-                                        repeated_setups, scale_pairs)
+                                        recipe_repeats, repeated_setups, scale_pairs)
 from stageopt.validation.flops import FORMULAS, source_flops
 from stageopt.validation.runs import METRICS, PublishedRun, load_runs
 
 __all__ = ["FORMULAS", "METRICS", "Comparison", "PublishedRun", "family_ranking", "load_runs", "mape",
-           "precision_pairs", "predict", "predict_all", "repeated_setups", "scale_pairs", "source_flops"]
+           "precision_pairs", "predict", "predict_all", "recipe_repeats", "repeated_setups", "scale_pairs",
+           "source_flops"]

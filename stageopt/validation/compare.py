@@ -20,9 +20,11 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from stageopt.errors import StageoptError
+from stageopt.frameworks import load_profile
 from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.hardware import Hardware, apply_hw_overrides
 from stageopt.hardware.headroom import memory_fit
+from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.sim.run import hardware_for, workload_for
 from stageopt.validation.flops import source_flops
@@ -214,4 +216,32 @@ def repeated_setups(comps: Sequence[Comparison]) -> list[tuple[list[Comparison],
         measured, _ = _throughputs(group)
         floor = min(float(np.mean(np.abs(p / measured - 1))) for p in measured)
         out.append((group, float(measured.max() / measured.min() - 1), floor))
+    return sorted(out, key=lambda item: -item[1])
+
+
+def recipe_repeats(comps: Sequence[Comparison]) -> list[tuple[list[Comparison], float, float]]:
+    """Setups measured more than once whose rows differ only in the FP8 scaling recipe (and so escape
+    :func:`repeated_setups`): ``(rows from slowest to fastest measured, measured spread, predicted spread)``.
+
+    The recipe moves a step by a few percent of cast work; successive releases of one stack move the same
+    plan on the same GPUs by much more (kernel libraries, fusions). The predicted spread is the fastest
+    measured row's prediction over the slowest's, minus one: the part of the measured spread the model
+    follows.
+    """
+    def setup(c: Comparison) -> str:
+        r = c.run
+        zero = Plan.parse(r.plan, framework=load_profile(r.framework)).zero  # the stack's default, spelt out or not
+        plan = " ".join([t for t in r.plan.split() if not t.startswith(("fp8_recipe=", "zero="))] + [f"zero={zero}"])
+        return "|".join((r.model, ",".join(r.model_set), str(r.gpus), plan, r.framework, r.hardware,
+                         ",".join(r.hw_set), r.metric))
+
+    out = []
+    for group in by_key(comps, setup).values():
+        if len({c.run.plan for c in group}) < 2:
+            continue
+        measured, predicted = _throughputs(group)
+        order = np.argsort(measured)
+        rows = [group[i] for i in order]
+        slow, fast = order[0], order[-1]
+        out.append((rows, float(measured[fast] / measured[slow] - 1), float(predicted[fast] / predicted[slow] - 1)))
     return sorted(out, key=lambda item: -item[1])
