@@ -1,8 +1,9 @@
-"""Hugging Face configs of layer-mixing models as ModelSpec fields: GPT-OSS, Gemma 2/3, Nemotron-H.
+"""Hugging Face configs of layer-mixing models as ModelSpec fields: GPT-OSS, Gemma 2/3, Nemotron-H, StarCoder2.
 
 Why apart from :mod:`stageopt.model.load`: these families mix layer types (sliding-window and global
 attention; Mamba-2, attention and MLP layers), which their configs state in family-specific keys
-(``layer_types``, ``sliding_window_pattern``, ``hybrid_override_pattern``). Stated approximations: a
+(``layer_types``, ``sliding_window_pattern``, ``hybrid_override_pattern``; StarCoder2 one ``sliding_window``
+for every layer). Stated approximations: a
 gated GELU (Gemma) is modelled as SwiGLU and squared ReLU (Nemotron-H) as GELU (same GEMMs, different
 elementwise op); GPT-OSS's attention sinks and expert biases are not modelled.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from stageopt.errors import ConfigError
 
-HYBRID_TYPES = ("gpt_oss", "gemma2", "gemma3", "gemma3_text", "nemotron_h")
+HYBRID_TYPES = ("gpt_oss", "gemma2", "gemma3", "gemma3_text", "nemotron_h", "starcoder2")
 _NEMOTRON_CHARS = {"M": "m", "*": "a", "-": "f"}
 
 
@@ -56,6 +57,11 @@ def hybrid_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
                       sliding_window=num("sliding_window"),
                       layer_pattern=_layer_types_pattern(cfg.get("layer_types") or ["sliding_attention",
                                                                                     "full_attention"], origin))
+    elif kind == "starcoder2":  # LayerNorm, plain GELU MLP with biases, every layer windowed (when a window is set)
+        window = cfg.get("sliding_window") is not None and num("sliding_window")
+        fields.update(family="gpt", norm="layernorm", activation="gelu", bias=flag("use_bias", True),
+                      tied_embeddings=flag("tie_word_embeddings", True),
+                      **({"sliding_window": window, "layer_pattern": "L"} if window else {}))
     elif kind.startswith("gemma"):
         fields.update(sliding_window=num("sliding_window"), tied_embeddings=flag("tie_word_embeddings", True))
         if cfg.get("layer_types"):

@@ -1,10 +1,11 @@
-"""Hugging Face configs of parallel-block models as ModelSpec fields: GPT-NeoX and Falcon.
+"""Hugging Face configs of parallel-block models as ModelSpec fields: GPT-NeoX, Falcon and Cohere (Command R).
 
 Why apart from :mod:`stageopt.model.load`: these families compute attention and the MLP side by side
 (``ModelSpec.parallel_block``) and say so, and how many norms feed the two branches, in family-specific keys
 (GPT-NeoX ``use_parallel_residual``; Falcon ``parallel_attn``, ``new_decoder_architecture`` and
-``num_ln_in_parallel_attn``). Stated approximation: GPT-NeoX's partial rotary embedding (``rotary_pct``) is
-priced as RoPE over whole heads, a few elementwise passes over Q and K.
+``num_ln_in_parallel_attn``; Cohere always, from one shared norm). Stated approximations: GPT-NeoX's partial
+rotary embedding (``rotary_pct``) is priced as RoPE over whole heads, a few elementwise passes over Q and K;
+Cohere's bias-free LayerNorm counts a bias (h parameters a norm) and its optional query/key norms are left out.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from stageopt.errors import ConfigError
 
-PARALLEL_TYPES = ("gpt_neox", "falcon")
+PARALLEL_TYPES = ("gpt_neox", "falcon", "cohere")
 
 
 def parallel_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
@@ -34,6 +35,11 @@ def parallel_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
         fields.update(kv_heads=heads, ffn=num("intermediate_size"), bias=flag("attention_bias", True),
                       tied_embeddings=flag("tie_word_embeddings", False),
                       parallel_block="two_norms" if flag("use_parallel_residual", True) else "off")
+        return fields
+    if kind == "cohere":
+        fields.update(family="llama", activation="swiglu", kv_heads=num("num_key_value_heads", heads),
+                      ffn=num("intermediate_size"), bias=flag("attention_bias", False),
+                      tied_embeddings=flag("tie_word_embeddings", True), parallel_block="shared_norm")
         return fields
     if flag("alibi", False):
         raise ConfigError(f"{origin}: Falcon with alibi=true is not modelled (stageopt prices learned or rotary "

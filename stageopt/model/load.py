@@ -190,7 +190,7 @@ def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str
             "kv_heads": _hf_int(cfg, "num_key_value_heads", origin, heads),
             "ffn": _hf_int(cfg, "intermediate_size", origin),
             "vocab": _hf_int(cfg, "vocab_size", origin),
-            "tied_embeddings": _hf_bool(cfg, "tie_word_embeddings", origin, False),
+            "tied_embeddings": _hf_bool(cfg, "tie_word_embeddings", origin, kind in _TIED_BY_DEFAULT),
             **_training_seq(_hf_int(cfg, "max_position_embeddings", origin, None), "max_position_embeddings", origin),
         }
         head_dim = _hf_int(cfg, "head_dim", origin, 0)
@@ -235,7 +235,12 @@ def _families(reader, cfg: dict[str, Any], origin: str) -> dict[str, Any]:
     return {**reader(cfg, origin, num, flag), **seq}
 
 
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+# Llama-shaped decoders (RMSNorm, gated MLP, RoPE, no biases). Stated approximations: Gemma's gated GELU is
+# priced as SwiGLU (same GEMMs), OLMo's non-parametric norm as RMSNorm (its weights, h a norm, are counted),
+# OLMo 2's query/key norms and Granite's scaling multipliers are left out (elementwise work only).
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "olmo", "olmo2", "phi3",
+               "granite", "gemma")
+_TIED_BY_DEFAULT = ("gemma",)  # GemmaConfig ties the output layer to the embedding unless told otherwise
 _SUPPORTED = (*_LLAMA_LIKE, "gpt2", *DEEPSEEK_TYPES, *HYBRID_TYPES, *PARALLEL_TYPES)
 
 
