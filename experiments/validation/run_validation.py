@@ -71,32 +71,30 @@ def print_gaps(pairs, heading: str, key, width: int, spans: bool = False) -> Non
               f"from {min(gaps):+5.1f} to {max(gaps):+5.1f}{span}")
 
 
+def print_groups(groups, heading: str, columns: tuple[str, str], signed: bool) -> None:
+    """Groups of rows with two percentages each (``groups`` as :func:`repeated_setups` returns them)."""
+    print(f"\n{len(groups)} {heading}")
+    print(f"  {'rows':<70} {columns[0]:>9} {columns[1]:>9}")
+    sign = "+" if signed else ""
+    for rows, first, second in groups:
+        ids = ", ".join(c.run.id for c in rows)
+        print(f"  {ids[:70]:<70} {100 * first:>{sign}8.1f}% {100 * second:>{sign}8.1f}%")
+
+
 def print_repeats(comps) -> None:
-    """Setups published more than once (successive releases): what no single prediction can fit."""
+    """Setups published more than once (successive releases): what no single prediction can fit; and those whose
+    rows differ only in the FP8 scaling recipe, with how much of the measured change the model follows."""
     repeats = repeated_setups(comps)
-    if not repeats:
-        return
-    print(f"\n{len(repeats)} setups measured more than once (same model, plan, profile, hardware):")
-    print(f"  {'rows':<58} {'spread':>7} {'floor':>6}")
-    for rows, spread, floor in repeats:
-        ids = ", ".join(c.run.id for c in rows)
-        print(f"  {ids[:58]:<58} {100 * spread:>6.1f}% {100 * floor:>5.1f}%")
-    in_repeats = sum(len(rows) for rows, _, _ in repeats)
-    floor_all = sum(len(rows) * floor for rows, _, floor in repeats) / len(comps)
-    print(f"  these {in_repeats} rows alone keep the all-rows MAPE at or above {100 * floor_all:.1f}%")
-
-
-def print_recipe_repeats(comps) -> None:
-    """One plan on one machine in several releases, the FP8 scaling recipe changed: how much of the change the
-    model follows (what a release gains besides the recipe is out of a cost model's reach)."""
-    groups = recipe_repeats(comps)
-    if not groups:
-        return
-    print(f"\n{len(groups)} setups measured in more than one release, the FP8 scaling recipe aside (slowest first):")
-    print(f"  {'rows':<70} {'measured':>8} {'predicted':>9}")
-    for rows, measured, predicted in groups:
-        ids = ", ".join(c.run.id for c in rows)
-        print(f"  {ids[:70]:<70} {100 * measured:>+7.1f}% {100 * predicted:>+8.1f}%")
+    if repeats:
+        print_groups(repeats, "setups measured more than once (same model, plan, profile, hardware):",
+                     ("spread", "floor"), signed=False)
+        in_repeats = sum(len(rows) for rows, _, _ in repeats)
+        floor_all = sum(len(rows) * floor for rows, _, floor in repeats) / len(comps)
+        print(f"  these {in_repeats} rows alone keep the all-rows MAPE at or above {100 * floor_all:.1f}%")
+    recipes = recipe_repeats(comps)
+    if recipes:
+        print_groups(recipes, "setups measured in more than one release, the FP8 scaling recipe aside (slowest "
+                     "first):", ("measured", "predicted"), signed=True)
 
 
 def main() -> None:
@@ -117,7 +115,6 @@ def main() -> None:
     for name, (n, rho, regret) in sorted(family_ranking(comps).items()):
         print(f"{name:<32} {n:>4} {rho:>6.2f} {100 * regret:>12.1f}%")
     print_repeats(comps)
-    print_recipe_repeats(comps)
     # same source and plan in BF16 and in FP8: a gap between their errors is a precision-specific miss
     print_gaps(precision_pairs(comps), "plans measured in BF16 and in low precision by one source (gap: low-precision "
                "error minus BF16 error):", lambda c: c.run.hardware, 16)
