@@ -201,8 +201,10 @@ def _mlp_core(b: GraphBuilder, h: Tensor, arch: Arch, width: sp.Expr, name: str)
     return b.einsum(f"{name}.down", "bsf,fh->bsh", (act, weight(f"{name}.w2", (width, H), Layout.of(tp=Split(0)))))
 
 
-def mlp(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
-    h = _norm(b, x, arch, "ln2")
+def mlp(b: GraphBuilder, x: Tensor, arch: Arch, normed: bool = True) -> Tensor:
+    """Pre-norm MLP; returns x + mlp(x). ``normed=False`` reads ``x`` as it comes: serving's MLP half of a
+    parallel block under a shared norm, whose input the attention half normed already."""
+    h = _norm(b, x, arch, "ln2") if normed else x
     y = _mlp_core(b, h, arch, F, "mlp")
     y = _bias(b, y, arch, "mlp.fc2", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
     y = _dropout(b, y, arch, "mlp_dropout", fuse="bias_dropout_add")

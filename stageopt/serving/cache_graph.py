@@ -25,7 +25,6 @@ from functools import lru_cache
 
 import sympy as sp
 
-from stageopt.errors import ConfigError
 from stageopt.graph import templates
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.fusion import fuse_ops
@@ -94,8 +93,11 @@ def serving_block(kind: str, arch: Arch) -> ServingBlock:
         templates.embedding(b, arch)
     else:
         x = templates.layer_input(arch)
-        {"attention": templates.attention, "mlp": templates.mlp, "moe": templates.moe,
-         "head": templates.head}[kind](b, x, arch)
+        if kind == "mlp" and arch.parallel_block == "shared_norm":
+            templates.mlp(b, x, arch, normed=False)
+        else:
+            {"attention": templates.attention, "mlp": templates.mlp, "moe": templates.moe,
+             "head": templates.head}[kind](b, x, arch)
     outputs = {t.uid for op in b.ops for t in op.outputs if t.role == "kv_cache"}
     ops = fuse_ops(b.ops, arch.fusions, outputs)
     return ServingBlock(kind=kind, ops=ops, cache=tuple(b.cache.values()))
@@ -113,14 +115,12 @@ def inference_arch(model, tp: int) -> Arch:
     activation and RoPE (vLLM's fused_add_rms_norm, silu_and_mul,
     rotary_embedding): the fusion groups of :mod:`stageopt.graph.fusion`.
 
-    Serving prices a layer as an attention half and an MLP half, each with its own TP pool; a parallel
-    block (one reduction for both) does not split so, and is refused rather than priced as sequential.
+    A parallel block (``ModelSpec.parallel_block``) is priced as the engines run it: the attention half and
+    the MLP half each all-reduce their row-parallel output (vLLM's GPT-NeoX and Cohere layers do; its Falcon
+    layer sums the two before one all-reduce, which is not modelled), and under a shared norm the MLP half
+    reads the attention half's norm (one norm fewer a layer).
     """
-    if model.parallel_block != "off":
-        raise ConfigError(f"model field 'parallel_block' = {model.parallel_block}: stageopt serve models sequential "
-                          "layers only; set parallel_block=off for an estimate that charges each layer one more "
-                          "TP all-reduce (and norm) than it runs")
     return Arch(norm=model.norm, activation=model.activation, attention="flash", position=model.position,
                 bias=model.bias, dropout=False, tied=model.tied_embeddings,
                 shared_experts=model.shared_experts > 0, sp=False, fusions=SERVING_FUSIONS,
-                expert_capacity=model.expert_capacity)
+                expert_capacity=model.expert_capacity, parallel_block=model.parallel_block)

@@ -129,11 +129,28 @@ def test_a_parallel_block_with_experts_is_refused():
         load_model("mixtral-8x7b", ["parallel_block=shared_norm"])
 
 
-def test_serve_refuses_a_parallel_block_in_one_line(capsys):
-    code = main(["serve", "--model", "llama3-8b", "--set", "parallel_block=shared_norm", "--plan", "tp=1",
-                 "--traffic", "rate=4 input=1024 output=256 requests=100", "--no-sim"])
-    err = capsys.readouterr().err
-    assert code == 2 and "parallel_block" in err and len(err.strip().splitlines()) == 1
+def test_serving_prices_the_mlp_half_without_its_own_norm_under_a_shared_norm():
+    """Serving prices a layer as an attention half and an MLP half, each all-reducing its own output (as vLLM's
+    Cohere and GPT-NeoX layers run): a shared norm drops the MLP half's norm and nothing else."""
+    from stageopt.serving.cache_graph import inference_arch, serving_block
+
+    def mlp_ops(block: str):
+        model = load_model("llama3-8b", [f"parallel_block={block}"])
+        return serving_block("mlp", inference_arch(model, 2)).ops
+
+    sequential, shared, two = mlp_ops("off"), mlp_ops("shared_norm"), mlp_ops("two_norms")
+    norm_ops = [op.name for op in sequential if "ln2" in op.name]
+    assert norm_ops and not [op for op in shared if "ln2" in op.name]
+    assert [op.name for op in two] == [op.name for op in sequential]
+    gemm_flops = [sum(op.flops for op in ops if op.kind == "matmul") for ops in (sequential, shared)]
+    assert gemm_flops[0] == gemm_flops[1]
+
+
+def test_serve_runs_a_parallel_block_model(capsys):
+    code = main(["serve", "--model", "llama3-8b", "--set", "parallel_block=shared_norm", "--plan", "tp=2",
+                 "--traffic", "rate=4 input=1024 output=256 requests=100", "--no-sim", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["analytical"]["tpot_ms"] > 0
 
 
 def test_export_refuses_a_parallel_block_no_target_builds(capsys):
