@@ -102,7 +102,7 @@ def _hf(tmp_path, cfg: dict) -> str:
 
 def test_gpt_neox_20b_from_its_config_matches_the_closed_form(tmp_path):
     """Untied embeddings; per layer 12h^2 weights, 9h biases (QKV 3h, output h, fc1 4h, fc2 h) and two
-    LayerNorms (4h); a final LayerNorm: 20,554,567,680 parameters, the count GPT-NeoX-20B is published with."""
+    LayerNorms (4h); a final LayerNorm: 20,554,567,680 parameters."""
     model = load_model(_hf(tmp_path, GPT_NEOX_20B))
     assert (model.parallel_block, model.norm, model.bias, model.seq) == ("two_norms", "layernorm", True, 2048)
     h, layers, vocab = 6144, 44, 50432
