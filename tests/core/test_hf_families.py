@@ -1,5 +1,5 @@
 """Hugging Face configs of further families (Gemma, OLMo 2, Phi-3, Granite, Cohere, StarCoder2) against closed-form
-parameter counts written out here from each config, and the totals their authors publish where we know them."""
+parameter counts written out here from each config (and Gemma 2B's published non-embedding count)."""
 
 from __future__ import annotations
 
@@ -34,16 +34,18 @@ def _params(model) -> float:
 
 def test_gemma_2b_ties_its_embedding_by_default_and_matches_the_published_count(tmp_path):
     """Per layer: Q and O 2048 x (8 x 256) each, K and V 2048 x 256 each (one KV head), a gated MLP 3 x 2048 x
-    16384, two norms; one tied 256000 x 2048 embedding and a final norm: 2,506,172,416 parameters (Gemma 2B)."""
+    16384, two norms; with the final norm 1,981,884,416 non-embedding parameters, the Gemma report's figure for
+    Gemma 2B; plus one tied 256000 x 2048 embedding (the config's vocabulary): 2,506,172,416."""
     model = _load(tmp_path, GEMMA_2B)
     assert (model.tied_embeddings, model.kv_heads, model.dim_per_head) == (True, 1, 256)
     h, layer = 2048, 2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 16384 + 2 * 2048
-    assert 18 * layer + 256000 * h + h == 2_506_172_416 == _params(model)
+    assert 18 * layer + h == 1_981_884_416
+    assert 18 * layer + h + 256000 * h == 2_506_172_416 == _params(model)
 
 
 def test_starcoder2_3b_windows_every_layer_and_matches_the_published_count(tmp_path):
     """LayerNorm (weight and bias), biased QKV/output/MLP, GQA with 2 KV heads of 128, plain 4h GELU MLP, tied
-    embedding: 3,030,371,328 parameters (StarCoder2-3B, "3.03B")."""
+    embedding: 3,030,371,328 parameters by the closed form of StarCoder2-3B's config."""
     model = _load(tmp_path, STARCODER2_3B)
     assert (model.norm, model.activation, model.bias, model.layer_pattern, model.sliding_window) == (
         "layernorm", "gelu", True, "L", 4096)
