@@ -20,7 +20,7 @@ PARALLEL_TYPES = ("gpt_neox", "falcon", "cohere")
 
 def parallel_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
                     flag: Callable[[str, bool], bool]) -> dict[str, Any]:
-    """ModelSpec fields of a GPT-NeoX or Falcon config (the training ``seq`` comes from load.py).
+    """ModelSpec fields of a GPT-NeoX, Falcon or Cohere config (the training ``seq`` comes from load.py).
 
     ``num`` and ``flag`` are load.py's type-checked readers of the config.
     """
