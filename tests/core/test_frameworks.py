@@ -109,6 +109,18 @@ def test_torchtitan_of_2024_25_differs_from_todays_only_in_its_attention_kernel(
         assert (now.attention_kernel, then.attention_kernel) == ("best", "fa2")
 
 
+def test_megascale_is_its_megatron_lm_base_with_the_papers_changes():
+    """MegaScale (arXiv 2402.15627 sec. 3.2-3.3) on Megatron-LM 285068c8: SP with TP overlapped, ZeRO-2 overlapped
+    chunk by chunk, FlashAttention-2; everything else as the 2022 Megatron-LM it forked."""
+    import dataclasses
+    base, ours = load_profile("megatron-lm-2022"), load_profile("megascale")
+    differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
+    assert differ == {"name", "description", "source", "attention", "attention_kernel", "sequence_parallel",
+                      "tp_comm_overlap", "dp_comm_overlap", "distributed_optimizer", "dp_bucket"}
+    assert (ours.attention, ours.attention_kernel, ours.dp_bucket) == ("flash", "fa2", "chunk")
+    assert ours.pipeline_scatter_gather and ours.tp_async_backward  # the base's, kept
+
+
 def test_outputs_name_the_profile(capsys):
     assert main(["simulate", "--model", "llama3-8b", "--gpus", "8", "--plan", "tp=2 mbs=1 gbs=8",
                  "--framework", "torchtitan", "--json"]) == 0
