@@ -1,7 +1,8 @@
 """The node tier's collective model against the published DGX H100 nccl-tests curve (nccl_tests.csv).
 
 Two anchors the presets claim: the small-message floor (NCCL's ring latency over 2(n-1) steps) and the ring
-bandwidth at the size where nccl-tests' ring busbw meets node.efficiency x NVLink. Sizes between (the
+bandwidth at 64 MiB, where the published busbw meets node.efficiency x NVLink (a loose anchor: the sample had
+NVLS available, and where NCCL switched to it is not known). Sizes between (the
 protocol ramp) and above (NCCL's NVLS algorithm, beyond any ring's link bound) are reported by
 experiments/validation/nccl_tests.py, not asserted here.
 """
