@@ -121,6 +121,17 @@ def test_megascale_is_its_megatron_lm_base_with_the_papers_changes():
     assert ours.pipeline_scatter_gather and ours.tp_async_backward  # the base's, kept
 
 
+def test_zero_bubble_is_its_megatron_lm_base_with_the_forks_launch_flags():
+    """The zero-bubble fork's example script: --use-flash-attn, --sequence-parallel, --use-distributed-optimizer on the
+    legacy Megatron-LM model, and its ZB-H1 / ZB-V schedules beside 1F1B and interleaving."""
+    import dataclasses
+    base, ours = load_profile("megatron-lm-2022"), load_profile("zero-bubble")
+    differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
+    assert differ == {"name", "description", "source", "attention", "attention_kernel", "sequence_parallel",
+                      "distributed_optimizer", "schedules"}
+    assert set(ours.schedules) == {"1f1b", "interleaved", "zbh1", "zbv"}
+
+
 def test_outputs_name_the_profile(capsys):
     assert main(["simulate", "--model", "llama3-8b", "--gpus", "8", "--plan", "tp=2 mbs=1 gbs=8",
                  "--framework", "torchtitan", "--json"]) == 0
