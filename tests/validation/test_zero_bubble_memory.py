@@ -1,0 +1,53 @@
+"""Peak memory of the Zero Bubble paper's 1F1B runs (its Table 4) against the paper's own figures.
+
+The paper reports each run's peak memory beside its throughput: 30, 39, 32 and 43 GB for its 1.5B-28.3B
+models under 1F1B. The zero-bubble profile prices attention eagerly because these figures say so: with eager
+attention's saved scores the predictions land within a few GB; with FlashAttention they would come out a third to
+nearly two thirds lower, which is how the profile's attention was chosen (simulators/frameworks/zero-bubble.yaml).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from stageopt.frameworks import load_profile
+from stageopt.parallel.plan import Plan
+from stageopt.sim.analytical import AnalyticalSimulator
+from stageopt.validation import load_runs
+from stageopt.validation.compare import prepare
+from stageopt.workload import build_workload
+
+RUNS = {r.id: r for r in load_runs(Path(__file__).resolve().parents[2] / "experiments" / "validation"
+                                   / "published_runs.csv")}
+TABLE_4_1F1B_GB = {"1.5B": 30, "6.2B": 39, "14.6B": 32, "28.3B": 43}
+
+
+def _peak_gib(run, attention: str | None = None) -> float:
+    prepared = prepare(run)
+    work = prepared.work
+    if attention is not None:
+        stack = dataclasses.replace(load_profile(run.framework), attention=attention)
+        plan = Plan.parse(run.plan, gpus=run.gpus, framework=stack)
+        work = build_workload(work.model, plan, run.gpus)
+    return AnalyticalSimulator().evaluate(work, prepared.hardware).peak_memory_gib
+
+
+@pytest.mark.parametrize("model", list(TABLE_4_1F1B_GB))
+def test_eager_attention_reproduces_the_papers_peak_memory(model):
+    run = RUNS[f"ZB-T4-{model}-m24-1f1b" if model in ("1.5B", "6.2B") else
+               f"ZB-T4-{model}-m{48 if model == '14.6B' else 96}-1f1b"]
+    measured = TABLE_4_1F1B_GB[model]
+    predicted = _peak_gib(run)
+    # The paper prints "GB" without saying GB or GiB; either way the prediction sits within 12%.
+    assert predicted == pytest.approx(measured, rel=0.12)
+    assert predicted * 2**30 / 1e9 == pytest.approx(measured, rel=0.12)
+
+
+@pytest.mark.parametrize("model", list(TABLE_4_1F1B_GB))
+def test_flash_attention_would_leave_a_third_or_more_unexplained(model):
+    run = RUNS[f"ZB-T4-{model}-m24-1f1b" if model in ("1.5B", "6.2B") else
+               f"ZB-T4-{model}-m{48 if model == '14.6B' else 96}-1f1b"]
+    assert _peak_gib(run, attention="flash") * 2**30 / 1e9 < 0.75 * TABLE_4_1F1B_GB[model]
