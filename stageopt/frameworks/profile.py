@@ -19,7 +19,7 @@ import numpy as np
 
 from stageopt.errors import ConfigError
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zbv", "dualpipe", "dualpipev")
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zbh1", "zb2p", "zbv", "dualpipe", "dualpipev")
 BUCKETS = ("layer", "chunk", "stage")
 # Training data types whose linear-layer GEMMs run in low precision (everything else stays BF16).
 LOW_PRECISION_RECIPES = ("fp8", "nvfp4")
@@ -132,6 +132,12 @@ class FrameworkProfile:
     ``fuse_wgrad_accumulation``), so its output store reads and writes the buffer's dtype
     (``grad_dtype``) on every micro-batch instead of writing one BF16 copy. Not under ZeRO-3: Megatron-FSDP
     runs without it (Megatron-Bridge's FSDP recipes set ``gradient_accumulation_fusion = False``).
+    ``optimizer_post_validation``: the stack replaces the optimizer step's global synchronisation (the gradient
+    norm for clipping, the inf/NaN check) with a check after the update (Qi et al. 2024, sec. 4; the zero-bubble
+    fork's ``--enable-optimizer-post-validation``), so each pipeline stage starts the next iteration as soon as it
+    has finished this one. The analytical model prices ZB-2p's steady state then, the parallelogram the bypass
+    was made for: the second of two iterations run back to back, less the first
+    (:func:`stageopt.sim.analytical_schedules.schedule_shape_results`).
     """
 
     name: str
@@ -169,6 +175,7 @@ class FrameworkProfile:
     grad_cast_add: bool = False
     fsdp_copies: Literal["none", "fsdp1", "fsdp2"] = "none"
     wgrad_accumulation_fusion: bool = False
+    optimizer_post_validation: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

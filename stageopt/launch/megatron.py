@@ -39,7 +39,8 @@ LIST_FLAGS = ("--recompute-modules", "--hierarchical-context-parallel-sizes",)  
 def megatron_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
     """Arguments for ``pretrain_gpt.py`` that run ``plan`` as it was simulated."""
     if plan.schedule not in ("1f1b", "interleaved"):
-        names = {"gpipe": "GPipe", "zbh1": "ZB-H1", "zbv": "ZB-V", "dualpipe": "DualPipe", "dualpipev": "DualPipeV"}
+        names = {"gpipe": "GPipe", "zbh1": "ZB-H1", "zb2p": "ZB-2p", "zbv": "ZB-V", "dualpipe": "DualPipe",
+                 "dualpipev": "DualPipeV"}
         raise refuse("megatron", f"Megatron-Core has no {names[plan.schedule]} schedule",
                      "export a plan with schedule=1f1b or schedule=interleaved")
     if plan.tp_overlap and plan.tp > 1 and not plan.sp:

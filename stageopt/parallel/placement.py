@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LOOPED = ("gpipe", "1f1b", "interleaved", "zbh1")
+LOOPED = ("gpipe", "1f1b", "interleaved", "zbh1", "zb2p")
 V_SHAPED = ("zbv", "dualpipev")
 BIDIRECTIONAL = ("dualpipe",)
-SPLIT_BACKWARD = ("zbh1", "zbv", "dualpipe", "dualpipev")  # schedules that run weight gradients apart
+SPLIT_BACKWARD = ("zbh1", "zb2p", "zbv", "dualpipe", "dualpipev")  # schedules that run weight gradients apart
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,10 @@ which hides one chunk's communication behind the other's compute).
 * ``zbh1``: ZB-H1 (Qi et al. 2023, sec. 2.1): 1F1B's forwards and input
   gradients, stage ``s`` keeping up to ``s`` weight-gradient passes pending so
   that every stage holds at most 1F1B's activation memory.
+* ``zb2p``: ZB-2p (Qi et al. 2024, sec. 3.1): the paper's scheduling rules under a
+  2p-micro-batch activation limit, found once on equal pass times; its stages end in
+  the order they start, so a stack that overlaps iterations (optimizer
+  post-validation) runs it with next to no bubble.
 * ``zbv``: ZB-V (Qi et al. 2024), two chunks per rank in a V, zero bubble when
   F, I and W take equal time, 1F1B's peak activation memory.
 * ``dualpipe`` / ``dualpipev``: DeepSeek-V3's bidirectional DualPipe (two model
@@ -28,7 +32,7 @@ from functools import lru_cache
 from stageopt.parallel.placement import BIDIRECTIONAL, rank_chunks
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.schedule_dualpipe import dualpipe_order
-from stageopt.parallel.schedule_zb import zbh1_order, zbv_order
+from stageopt.parallel.schedule_zb import zbh1_order, zb2p_order, zbv_order
 from stageopt.parallel.steps import Step
 
 __all__ = ["Step", "stage_order", "schedule_orders", "peak_in_flight", "max_in_flight", "virtual_stage", "microbatch_copy"]
@@ -67,6 +71,8 @@ def _order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = F
         return [Step(i, 0, "F") for i in range(m)] + [Step(i, 0, "B") for i in range(m)]
     if schedule == "zbh1":
         return zbh1_order(p, m, stage)
+    if schedule == "zb2p":
+        return zb2p_order(p, m, stage)
     if schedule == "zbv":
         return zbv_order(p, m, stage)
     if schedule in ("dualpipe", "dualpipev"):

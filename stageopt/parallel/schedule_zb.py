@@ -1,4 +1,4 @@
-"""Zero-bubble step orders: ZB-H1 (looped, one chunk per rank) and ZB-V (two chunks per rank in a V).
+"""Zero-bubble step orders: ZB-H1 and ZB-2p (looped, one chunk per rank) and ZB-V (two chunks per rank in a V).
 
 Both split the backward into the input gradient ``I``, which the previous stage
 waits for, and the weight gradient ``W``, which nothing downstream waits for
@@ -9,6 +9,7 @@ Parallelism"; Qi et al. 2024, "Pipeline Parallelism with Controllable Memory").
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
 
 from stageopt.parallel.steps import Step
 
@@ -40,6 +41,52 @@ def zbh1_order(p: int, m: int, stage: int) -> list[Step]:
         backward(i, True)
     steps += [Step(i, 0, "W") for i in pending]
     return steps
+
+
+def zb2p_order(p: int, m: int, stage: int) -> list[Step]:
+    """ZB-2p on stage ``stage`` of ``p`` (Qi et al. 2024, sec. 3.1): the order :func:`zb2p_orders` finds."""
+    return list(zb2p_orders(p, m)[stage])
+
+
+@lru_cache(maxsize=64)
+def zb2p_orders(p: int, m: int) -> tuple[tuple[Step, ...], ...]:
+    """Every stage's order under the zero-bubble paper's scheduling rules, with ``2p`` micro-batches'
+    activations allowed in flight per stage (ZB-2p).
+
+    The paper's heuristic (sec. 3.1): in the warm-up, as many forwards as the memory limit allows; then
+    forwards and input gradients in turn, a weight gradient wherever the stage would otherwise wait or the
+    memory limit is hit; the remaining weight gradients at the end. Here it runs once on unit pass times
+    (F = I = W, the paper's handcrafted setting) as a list schedule: each free stage takes an input
+    gradient whose output gradient has arrived, else the next forward whose input has arrived and fits
+    under the limit, else a pending weight gradient. A micro-batch counts against the limit from its
+    forward to its weight gradient. The orders depend on the shape alone, so one order prices every
+    plan of that shape with its own pass times (the paper searches per measured times, which this
+    leaves out: its Table 5 puts that search's bubble within 1% in most setups).
+    """
+    limit = 2 * p
+    f_done = [[None] * m for _ in range(p)]  # finish time of each forward, per stage
+    i_done = [[None] * m for _ in range(p)]
+    next_f, next_i = [0] * p, [0] * p
+    pending: list[deque[int]] = [deque() for _ in range(p)]
+    orders: list[list[Step]] = [[] for _ in range(p)]
+    t = 0
+    while any(len(o) < 3 * m for o in orders):
+        for s in range(p):
+            j, k = next_i[s], next_f[s]
+            grad = j < k and f_done[s][j] is not None and f_done[s][j] <= t and (
+                s == p - 1 or (i_done[s + 1][j] is not None and i_done[s + 1][j] <= t))
+            ready = k < m and (s == 0 or (f_done[s - 1][k] is not None and f_done[s - 1][k] <= t))
+            if grad:
+                i_done[s][j], next_i[s] = t + 1, j + 1
+                pending[s].append(j)
+                orders[s].append(Step(j, 0, "I"))
+            elif ready and k - (next_i[s] - len(pending[s])) < limit:
+                f_done[s][k], next_f[s] = t + 1, k + 1
+                orders[s].append(Step(k, 0, "F"))
+            elif pending[s]:
+                orders[s].append(Step(pending[s].popleft(), 0, "W"))
+        t += 1
+    return tuple(tuple(o) for o in orders)
 
 
 def zbv_order(p: int, m: int, rank: int) -> list[Step]:

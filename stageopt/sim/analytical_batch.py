@@ -37,7 +37,7 @@ from stageopt.workload.memory import GIB
 from stageopt.workload.offload import exposed_copy_seconds, offloaded_bytes, offloaded_layer_counts
 
 FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero", "offload_layers")
-SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6}
+SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6, "zb2p": 7}
 
 
 def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:

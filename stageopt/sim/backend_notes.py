@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from stageopt.parallel.plan import Plan
 from stageopt.program.nodes import COLL, StageProgram
+from stageopt.sim.analytical_schedules import PARALLELOGRAM_SCHEDULES
 
 DP_STREAM = ("data-parallel collectives (gradient buckets, ZeRO-3 gathers and scatters) share ASTRA-sim's one "
              "communication slot with TP collectives and pipeline sends; --backend replay runs them on a background "
@@ -38,8 +39,16 @@ FLEX = ("dispatcher=flex: replay and analytical send each token once per other n
 A2A_CONTENTION = ("ep_overlap: replay and analytical slow the kernels that run under a combined-1F1B pair's expert "
                   "all-to-alls (gpu.efficiency.a2a_overlap_saving); ASTRA-sim runs them at full speed (replay "
                   "reproduces it with --dp-stream shared)")
+POST_VALIDATION = ("the stack bypasses the optimizer's synchronisation (optimizer_post_validation), so successive "
+                   "iterations overlap: --backend analytical prices that steady state; replay and ASTRA-sim time "
+                   "one iteration from a common start, which keeps the pipeline's fill and drain")
 CONGESTION = ("congestion-aware: ASTRA-sim shares each link between the messages that cross it at once; replay "
               "and analytical do not model contention")
+
+
+def overlaps_iterations(plan: Plan) -> bool:
+    """Whether the analytical model prices this plan's iterations as overlapping (see POST_VALIDATION)."""
+    return plan.framework.optimizer_post_validation and plan.schedule in PARALLELOGRAM_SCHEDULES
 
 
 def _collectives_used(programs: Sequence[StageProgram]) -> set[tuple[str, str, str]]:
@@ -75,4 +84,6 @@ def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, system: dict,
         notes.append(PODS)
     if network_model == "aware":
         notes.append(CONGESTION)
+    if overlaps_iterations(plan):
+        notes.append(POST_VALIDATION)
     return notes

@@ -23,6 +23,7 @@ from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
 from stageopt.program import ProgramOptions, build_programs
 from stageopt.program.durations import node_durations
+from stageopt.sim.backend_notes import POST_VALIDATION, overlaps_iterations
 from stageopt.sim.base import Estimate, Simulator, estimate_from_times
 from stageopt.sim.stage_replay import BACKGROUND_PHASES, replay_stages
 from stageopt.workload import Workload
@@ -59,5 +60,7 @@ class ReplaySimulator(Simulator):
         breakdown = {"compute": slowest.compute_s, "exposed_tp_comm": e["tp"], "exposed_cp_comm": e["cp"],
                      "exposed_ep_comm": e["ep"], "pipeline_p2p": e["p2p"], "pipeline_bubble": slowest.idle_s,
                      "exposed_dp_comm": e["dp"], "activation_offload": e["offload"], "exposed_comm": comm}
-        return Estimate(**{**est.__dict__, "time_breakdown_s": breakdown,
-                           "details": {"stage_finish_s": [t.finish_s for t in timings], "dp_stream": self.dp_stream}})
+        details = {"stage_finish_s": [t.finish_s for t in timings], "dp_stream": self.dp_stream}
+        if overlaps_iterations(work.plan):
+            details["notes"] = [POST_VALIDATION]
+        return Estimate(**{**est.__dict__, "time_breakdown_s": breakdown, "details": details})

@@ -122,15 +122,16 @@ def test_megascale_is_its_megatron_lm_base_with_the_papers_changes():
 
 
 def test_zero_bubble_is_its_megatron_lm_base_with_the_forks_launch_flags():
-    """The zero-bubble fork as the paper ran it: --sequence-parallel and --use-distributed-optimizer on the legacy
-    Megatron-LM model with eager attention (the paper's measured memory), and its ZB-H1 / ZB-V schedules beside 1F1B
-    and interleaving."""
+    """The zero-bubble fork as the paper ran it: --sequence-parallel, --use-distributed-optimizer and
+    --enable-optimizer-post-validation on the legacy Megatron-LM model with eager attention (the paper's measured
+    memory), and its ZB-H1 / ZB-2p / ZB-V schedules beside 1F1B and interleaving."""
     import dataclasses
     base, ours = load_profile("megatron-lm-2022"), load_profile("zero-bubble")
     differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
-    assert differ == {"name", "description", "source", "sequence_parallel", "distributed_optimizer", "schedules"}
-    assert ours.attention == "eager"
-    assert set(ours.schedules) == {"1f1b", "interleaved", "zbh1", "zbv"}
+    assert differ == {"name", "description", "source", "sequence_parallel", "distributed_optimizer", "schedules",
+                      "optimizer_post_validation"}
+    assert ours.attention == "eager" and ours.optimizer_post_validation
+    assert set(ours.schedules) == {"1f1b", "interleaved", "zbh1", "zb2p", "zbv"}
 
 
 def test_outputs_name_the_profile(capsys):

@@ -11,7 +11,7 @@ import pytest
 from stageopt.parallel.schedule import peak_in_flight
 from stageopt.parallel.schedule_dualpipe import dualpipe_order
 from stageopt.parallel.schedule_timing import PassTimes, time_orders
-from stageopt.parallel.schedule_zb import zbh1_order, zbv_order
+from stageopt.parallel.schedule_zb import zb2p_order, zbh1_order, zbv_order
 from stageopt.parallel.steps import Step
 
 TIMES = [(1, 1, 1), (1, 1, 0.5), (2, 1.5, 1), (1, 2, 1), (1.3, 0.7, 0.6)]  # (F, I, W), W <= F + I
@@ -71,6 +71,42 @@ def test_zbv_has_no_bubble_beyond_the_fill_and_1f1b_memory(f, p, m):
     assert timing.bubble == pytest.approx((p - 1) * f)
     peaks = [peak_in_flight(o, {0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}) for o in orders]
     assert peaks == [2 * p] * p
+
+
+def back_to_back(order: list[Step], m: int) -> list[Step]:
+    """One stage's order for two iterations run without a synchronisation between them."""
+    return list(order) + [Step(s.microbatch + m, s.chunk, s.kind) for s in order]
+
+
+@pytest.mark.parametrize("p, m", [(2, 8), (4, 8), (4, 16), (8, 16), (8, 24), (16, 48)])
+def test_zb2p_has_no_bubble_once_iterations_overlap(p, m):
+    """Qi et al. 2024 secs. 2.2 and 4: with T_F = T_B = T_W the 2p-memory schedule is a parallelogram, each
+    stage ending as much later than the one before it as it started, so once the optimizer's synchronisation
+    is bypassed an iteration takes m (T_F + T_B + T_W): the second of two back-to-back iterations ends
+    exactly 3m after the first. One iteration alone keeps its fill (the last stage starts p - 1 passes
+    late); 1F1B, whose first stage starts first and
+    ends last, gains nothing from the overlap."""
+    t = PassTimes(1.0, 1.0, 1.0)
+    orders = [zb2p_order(p, m, s) for s in range(p)]
+    for order in orders:
+        every_pass_once(order)
+    one = time_orders("zb2p", p, 1, m, orders, t).makespan
+    two = time_orders("zb2p", p, 1, 2 * m, [back_to_back(o, m) for o in orders], t).makespan
+    assert two - one == pytest.approx(3 * m)
+    assert one == pytest.approx(3 * m + p - 1)  # the last stage starts p - 1 forwards late, then never waits
+    base = [one_f_one_b(p, m, s) for s in range(p)]
+    single = time_orders("1f1b", p, 1, m, base, t).makespan
+    paired = time_orders("1f1b", p, 1, 2 * m, [back_to_back(o, m) for o in base], t).makespan
+    assert paired - single == pytest.approx(single)
+
+
+@pytest.mark.parametrize("p, m", [(2, 8), (4, 8), (4, 16), (8, 16), (8, 24)])
+def test_zb2p_keeps_at_most_2p_micro_batches_and_the_first_stage_reaches_zb_h2s_peak(p, m):
+    """The limit ZB-2p is named after: 2p micro-batches' activations per stage, a micro-batch counting until its
+    weight gradient; the first stage fills to at least ZB-H2's (2p - 1) M_B (Qi et al. 2024, Table 2)."""
+    peaks = [peak_in_flight(zb2p_order(p, m, s), {0: 1.0}, {0: 1.0}) for s in range(p)]
+    assert max(peaks) <= 2 * p
+    assert peaks[0] >= min(2 * p - 1, m)
 
 
 @pytest.mark.parametrize("p, m, f, bidirectional", [
