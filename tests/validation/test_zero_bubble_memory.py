@@ -1,4 +1,4 @@
-"""Peak memory of the Zero Bubble paper's 1F1B runs (its Table 4) against the paper's own figures.
+"""Peak memory of the Zero Bubble paper's 1F1B and ZB-2p runs (its Table 4) against the paper's own figures.
 
 The paper reports each run's peak memory beside its throughput: 30, 39, 32 and 43 GB for its 1.5B-28.3B
 models under 1F1B. The zero-bubble profile prices attention eagerly because these figures say so: with eager
@@ -50,3 +50,19 @@ def test_eager_attention_reproduces_the_papers_peak_memory(model):
 def test_flash_attention_would_leave_a_third_or_more_unexplained(model):
     run = RUNS[f"ZB-T4-{model}-m{FEWEST_MICROBATCHES[model]}-1f1b"]
     assert _peak_gib(run, attention="flash") * 2**30 / 1e9 < 0.75 * TABLE_4_1F1B_GB[model]
+
+
+TABLE_4_ZB2P_GB = {"1.5B": 59, "6.2B": 70, "14.6B": 51, "28.3B": 74}
+
+
+@pytest.mark.parametrize("model", list(TABLE_4_ZB2P_GB))
+def test_zb2p_doubles_the_activations_as_the_paper_measured(model):
+    """ZB-2p holds up to 2p micro-batches (Table 4: 59-74 GB against 1F1B's 30-43). The schedule counts a
+    micro-batch waiting for its weight gradient as a whole one against the limit, where the paper's search counts
+    the smaller M_W, so it holds somewhat less: within 15% either way the unit is read."""
+    m = FEWEST_MICROBATCHES[model]
+    predicted = _peak_gib(RUNS[f"ZB-T4-{model}-m{m}-zb2p"])
+    measured = TABLE_4_ZB2P_GB[model]
+    assert predicted == pytest.approx(measured, rel=0.15)
+    assert predicted * 2**30 / 1e9 == pytest.approx(measured, rel=0.15)
+    assert predicted > _peak_gib(RUNS[f"ZB-T4-{model}-m{m}-1f1b"]) + 0.25 * measured
