@@ -142,7 +142,8 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     iteration = pipe + tails.max(axis=0)
     mem_crit = np.stack([np.where(st["valid"], st["mem"]["total"], 0.0) for st in stages]).argmax(axis=0)
     out["iteration_time_s"] = iteration
-    out["t_bubble"] = pipe - busy
+    bubble = pipe - busy
+    out["t_bubble"] = np.where(np.abs(bubble) < 1e-9 * pipe, 0.0, bubble)  # an overlapped ZB-2p has none: no -0.000
     out["t_dp"] = _pick(stages, tail_crit, lambda st: st["tail"]["dp"]) + runs * _pick(stages, crit, lambda st: st["parts"]["zero3"])
     out["t_optimizer"] = _pick(stages, tail_crit, lambda st: st["tail"]["optimizer"])
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total"):
