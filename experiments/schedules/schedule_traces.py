@@ -30,6 +30,7 @@ CASES = [  # (name, model args, plan, gpus, framework)
     ("zbh1 uneven", LLAMA, "tp=2 pp=4 dp=2 mbs=1 gbs=32 zero=1 schedule=zbh1 first_layers=3 last_layers=3", 16,
      "hai-llm"),
     ("zbv", LLAMA, "tp=2 pp=4 dp=2 mbs=1 gbs=32 zero=1 schedule=zbv", 16, "torchtitan"),
+    ("zb2p", LLAMA, "tp=2 pp=4 dp=2 mbs=1 gbs=32 zero=1 schedule=zb2p", 16, "zero-bubble"),
     ("dualpipe", DSV3, "pp=4 ep=8 dp=8 mbs=1 gbs=128 zero=1 schedule=dualpipe", 32, "hai-llm"),
     ("dualpipev", LLAMA, "tp=2 pp=4 dp=8 mbs=1 gbs=128 zero=1 schedule=dualpipev", 64, "torchtitan"),
     ("dualpipev moe", DSV3, "pp=4 ep=8 dp=16 mbs=1 gbs=256 zero=1 schedule=dualpipev", 64, "torchtitan"),
