@@ -18,7 +18,8 @@ from collections.abc import Iterable
 import numpy as np
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
-SCHEDULE_ORDER = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6, "zb2p": 7}
+SCHEDULE_ORDER = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6,
+                  "zb2p": 7}
 SPLIT_FIELDS = ("first_layers", "last_layers", "embed_split", "loss_split")
 SIGNIFICANT = 1e9  # objectives equal to ~9 significant digits are a tie
 

@@ -37,7 +37,8 @@ from stageopt.workload.memory import GIB
 from stageopt.workload.offload import exposed_copy_seconds, offloaded_bytes, offloaded_layer_counts
 
 FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero", "offload_layers")
-SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6, "zb2p": 7}
+SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6,
+                 "zb2p": 7}
 
 
 def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
@@ -143,7 +144,7 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     mem_crit = np.stack([np.where(st["valid"], st["mem"]["total"], 0.0) for st in stages]).argmax(axis=0)
     out["iteration_time_s"] = iteration
     bubble = pipe - busy
-    out["t_bubble"] = np.where(np.abs(bubble) < 1e-9 * pipe, 0.0, bubble)  # an overlapped ZB-2p has none: no -0.000
+    out["t_bubble"] = np.where(np.abs(bubble) < 1e-9 * pipe, 0.0, bubble)  # an overlapped ZB-2p: 0, not -0.000
     out["t_dp"] = _pick(stages, tail_crit, lambda st: st["tail"]["dp"]) + runs * _pick(stages, crit, lambda st: st["parts"]["zero3"])
     out["t_optimizer"] = _pick(stages, tail_crit, lambda st: st["tail"]["optimizer"])
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total"):

@@ -43,6 +43,11 @@ SPLIT_SCHEDULES = ("zbh1", "zb2p", "zbv", "dualpipe", "dualpipev")
 PARALLELOGRAM_SCHEDULES = ("zb2p",)
 
 
+def overlaps_iterations(plan: Plan) -> bool:
+    """Whether the analytical model prices this plan's iterations as overlapping (:func:`_overlapped_iteration`)."""
+    return plan.framework.optimizer_post_validation and plan.schedule in PARALLELOGRAM_SCHEDULES
+
+
 def _rows(tree: dict, index: list[int]) -> dict:
     """The same nested dict of per-candidate arrays, cut to ``index``."""
     return {k: (_rows(v, index) if isinstance(v, dict) else np.asarray(v)[index]) for k, v in tree.items()}
@@ -123,7 +128,7 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
                                                 if k in counts))
     durations, comm = _node_times(dag, passes, plan.ep_overlap, a2a_saving)
     makespan = dag.finish_times(durations).max(axis=0)
-    if plan.framework.optimizer_post_validation and plan.schedule in PARALLELOGRAM_SCHEDULES:
+    if overlaps_iterations(plan):
         makespan = _overlapped_iteration(plan, orders, passes, a2a_saving, makespan)
     busy = dag.per_stage_sum(durations)
     busiest = busy.argmax(axis=0)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from stageopt.parallel.plan import Plan
 from stageopt.program.nodes import COLL, StageProgram
-from stageopt.sim.analytical_schedules import PARALLELOGRAM_SCHEDULES
+from stageopt.sim.analytical_schedules import overlaps_iterations
 
 DP_STREAM = ("data-parallel collectives (gradient buckets, ZeRO-3 gathers and scatters) share ASTRA-sim's one "
              "communication slot with TP collectives and pipeline sends; --backend replay runs them on a background "
@@ -44,11 +44,6 @@ POST_VALIDATION = ("the stack bypasses the optimizer's synchronisation (optimize
                    "one iteration from a common start, which keeps the pipeline's fill and drain")
 CONGESTION = ("congestion-aware: ASTRA-sim shares each link between the messages that cross it at once; replay "
               "and analytical do not model contention")
-
-
-def overlaps_iterations(plan: Plan) -> bool:
-    """Whether the analytical model prices this plan's iterations as overlapping (see POST_VALIDATION)."""
-    return plan.framework.optimizer_post_validation and plan.schedule in PARALLELOGRAM_SCHEDULES
 
 
 def _collectives_used(programs: Sequence[StageProgram]) -> set[tuple[str, str, str]]:

@@ -23,7 +23,8 @@ from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
 from stageopt.program import ProgramOptions, build_programs
 from stageopt.program.durations import node_durations
-from stageopt.sim.backend_notes import POST_VALIDATION, overlaps_iterations
+from stageopt.sim.analytical_schedules import overlaps_iterations
+from stageopt.sim.backend_notes import POST_VALIDATION
 from stageopt.sim.base import Estimate, Simulator, estimate_from_times
 from stageopt.sim.stage_replay import BACKGROUND_PHASES, replay_stages
 from stageopt.workload import Workload

@@ -1,8 +1,12 @@
 """Zero-bubble and DualPipe schedules through the workload, the trace programs and both simulators."""
 
+import dataclasses
 from functools import lru_cache
 
 import pytest
+
+from stageopt.frameworks import load_profile
+from stageopt.parallel.plan import Plan
 
 from stageopt.parallel.schedule import stage_order
 from stageopt.program import build_stage_program
@@ -114,11 +118,6 @@ def test_post_validation_overlaps_iterations_where_stages_end_staggered():
     stage, which started first, so they gain nothing, and ZB-V, whose fork keeps its bubble (the paper's Table 8),
     is priced one iteration at a time. (A vocabulary of 4,096 keeps the loss stage from
     dominating every schedule alike.)"""
-    import dataclasses
-
-    from stageopt.frameworks import load_profile
-    from stageopt.parallel.plan import Plan
-
     model = work_of("pp=1", 1, model=("llama3-8b", ("layers=16", "seq=1024", "vocab=4096"))).model
     hw, stack = hardware_for("h100-sxm"), load_profile("zero-bubble")
 
