@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
-from stageopt.frameworks.profile import FP8_RECIPES
+from stageopt.frameworks.profile import FP8_RECIPES, SCHEDULE_NAMES
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields,  # noqa: F401 (re-exported)
@@ -23,7 +23,7 @@ from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_
 from stageopt.parallel.plan_text import parse_fields
 
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "zb2p", "zbv", "dualpipe", "dualpipev")
+SCHEDULES = SCHEDULE_NAMES  # one list: a profile names the ones its stack runs
 # Bytes a parameter of each training dtype is gathered and held in: low-precision recipes gather FP8 / NVFP4
 # weights (Megatron's fp8_param_gather / fp4_param_gather); NVFP4 is 4.5 bits an element with its block scales.
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "nvfp4": 0.5625}
