@@ -29,6 +29,7 @@ from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
 from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, GpuEfficiency, gemm_tiled_flops
 from stageopt.hardware.headroom import default_reserve_gib
+from stageopt.hardware.nccl_protocols import NcclTuning
 from stageopt.inputs.limits import MAX_GPUS
 from stageopt.inputs.schema import bounds, check_fields
 
@@ -287,6 +288,7 @@ class Hardware:
     node: Node
     scaleout: ScaleOut
     interpod: ScaleOut | None = None  # optional further tier joining scale-out pods
+    nccl: NcclTuning | None = None  # NCCL's protocol choice prices ring collectives (None: one α-β ring per tier)
     accuracy: Accuracy | None = None  # validation record of a calibrated preset (None: never fitted)
 
     def __post_init__(self) -> None:

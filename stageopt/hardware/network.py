@@ -9,14 +9,16 @@ efficiency nccl-tests measures for large messages). A group inside one domain
 runs the domain's algorithm. A group spanning domains runs the way NCCL's rings
 do: one ring through all members, several channels in parallel, each leaving a
 domain through its own NIC (rail-optimized), so the ring's bandwidth is the
-smaller of the NVLink bandwidth and the domain's ``n_in`` NICs together, and
-every step waits for the scale-out latency. That uniform charge stands in for
-NCCL's Simple protocol, which large buckets use: its ring hops cost ~3.4 us on
-NVLink and ~10-14 us on the network (src/graph/tuning.cc), about 5 us a step
-on average for eight ranks a node. Charging NVLink hops at the tier's
-small-message latency instead was tried twice and dropped (see
-experiments/validation/README.md, "Tried and dropped"). All-to-all sends the share of each
-rank's buffer bound for other domains over the scale-out tier.
+smaller of the NVLink bandwidth and the domain's ``n_in`` NICs together.
+
+Where the hardware has an ``nccl`` field (the NVIDIA presets), a ring's
+latency and bandwidth are those of the protocol NCCL picks for the message
+(:mod:`stageopt.hardware.nccl_protocols`): NVLink and network hops at their
+own per-protocol latencies, LL and LL128 at their share of the bandwidth.
+Without it every step of a ring costs the tier's ``latency_us`` (a spanning
+ring's, the scale-out tier's), the one α-β ring per tier ASTRA-sim also uses.
+All-to-all sends the share of each rank's buffer bound for other domains over
+the scale-out tier.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from scipy.special import gammaln
 
 from stageopt.hardware.collectives import alpha_beta_terms
 from stageopt.hardware.machine import Hardware, Tier
+from stageopt.hardware.nccl_protocols import ring_protocol_time
 
 
 def _tier_time(tier: Tier, kind: str, size, n):
@@ -97,7 +100,18 @@ def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: 
     steps, factor = alpha_beta_terms(kind, outer.collectives.for_kind(kind), n)
     ring_gbps = np.minimum(inner.achieved_gbps, n_in * outer.achieved_gbps)
     spanning = steps * outer.latency_us * 1e-6 + factor * size / (ring_gbps * 1e9)
+    if hw.nccl is not None:
+        inside = _nccl_ring(hw, kind, inner, size, n_in, 1.0, inner.achieved_gbps, inside)
+        spanning = _nccl_ring(hw, kind, outer, size, n, n_out, ring_gbps, spanning, per_node=n_in)
     return np.where(n_out > 1, spanning, inside)
+
+
+def _nccl_ring(hw: Hardware, kind: str, tier: Tier, size, n, nodes, bus_gbps, alpha_beta, per_node=None):
+    """NCCL's protocol choice (:mod:`stageopt.hardware.nccl_protocols`) where the tier runs ``kind`` as a
+    ring; the α-β time otherwise."""
+    if tier.collectives.for_kind(kind) != "ring":
+        return alpha_beta
+    return ring_protocol_time(hw.nccl, kind, size, n, nodes, bus_gbps, per_node)
 
 
 def exposed_under_gemm(comm, gemm, chunks):

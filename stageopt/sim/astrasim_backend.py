@@ -62,7 +62,8 @@ class AstraSimSimulator(Simulator):
                                    comm_groups=out / GROUPS_NAME, n_ranks=work.plan.gpus, binary=self.binary,
                                    timeout_s=self.timeout_s, workdir=Path(tmp) / "run", network_model=self.network)
         slowest = max(range(len(result.per_rank_cycles)), key=lambda r: result.per_rank_cycles[r])
-        notes = astra_sim_notes(written.programs, work.plan, written.system or {}, dims, self.network)
+        notes = astra_sim_notes(written.programs, work.plan, written.system or {}, dims, self.network,
+                                hw.nccl is not None)
         if result.known_exit_fault:
             retry = f" (run {result.attempts} times)" if result.attempts > 1 else ""
             notes.insert(0, EXIT_FAULT_NOTE.format(retry=retry))

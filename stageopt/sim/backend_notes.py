@@ -42,6 +42,10 @@ A2A_CONTENTION = ("ep_overlap: replay and analytical slow the kernels that run u
 POST_VALIDATION = ("the stack bypasses the optimizer's synchronisation (optimizer_post_validation), so successive "
                    "iterations overlap: --backend analytical prices that steady state; replay and ASTRA-sim time "
                    "one iteration from a common start, which keeps the pipeline's fill and drain")
+NCCL_PROTOCOLS = ("ring collectives: replay and analytical price each with the protocol NCCL would pick for its size "
+                  "(LL, LL128 or Simple; the hardware's nccl field), ASTRA-sim as one latency-bandwidth ring per "
+                  "tier, which small and middle-sized messages feel (--backend replay --dp-stream shared uses "
+                  "ASTRA-sim's rule)")
 CONGESTION = ("congestion-aware: ASTRA-sim shares each link between the messages that cross it at once; replay "
               "and analytical do not model contention")
 
@@ -52,8 +56,9 @@ def _collectives_used(programs: Sequence[StageProgram]) -> set[tuple[str, str, s
 
 
 def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, system: dict,
-                    network_dims: int, network_model: str) -> list[str]:
-    """The by-design differences from ``--backend replay`` that apply to this plan's written trace set."""
+                    network_dims: int, network_model: str, nccl_protocols: bool = False) -> list[str]:
+    """The by-design differences from ``--backend replay`` that apply to this plan's written trace set
+    (``nccl_protocols``: the hardware prices rings with NCCL's protocol choice)."""
     used = _collectives_used(programs)
     notes = []
     if any(phase in ("dp", "zero3") for phase, _, _ in used):
@@ -81,4 +86,6 @@ def astra_sim_notes(programs: Sequence[StageProgram], plan: Plan, system: dict,
         notes.append(CONGESTION)
     if overlaps_iterations(plan):
         notes.append(POST_VALIDATION)
+    if nccl_protocols and any(c != "all_to_all" for _, _, c in used):
+        notes.append(NCCL_PROTOCOLS)
     return notes

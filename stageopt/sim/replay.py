@@ -15,9 +15,14 @@ data-parallel collective slow down as the analytical model charges
 (:mod:`stageopt.sim.stage_replay`), and the backward TP collectives the stack
 issues beside a GEMM take what the GEMM leaves exposed; ASTRA-sim prices no
 such contention and runs every collective whole, and so does ``shared``.
+ASTRA-sim's analytical network also times every collective as one
+latency-bandwidth ring per tier, not with NCCL's protocol choice
+(:mod:`stageopt.hardware.nccl_protocols`); ``shared`` prices them so too.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from stageopt.errors import ConfigError
 from stageopt.hardware import Hardware
@@ -45,6 +50,8 @@ class ReplaySimulator(Simulator):
 
     def evaluate(self, work: Workload, hw: Hardware) -> Estimate:
         programs = build_programs(work, self.options)
+        if self.dp_stream == "shared":
+            hw = dataclasses.replace(hw, nccl=None)  # ASTRA-sim's network: one α-β ring per tier
         background = BACKGROUND_PHASES if self.dp_stream == "background" else ()
         # ASTRA-sim's rules (shared) know no contention; Megatron's combined 1F1B pays it (ep_overlap), and
         # every kernel beside a background data-parallel collective does

@@ -72,8 +72,9 @@ def test_output_names_the_by_design_differences(capsys, stand_in):
     est = json.loads(out.out)
     assert est["details"]["known_exit_fault"] is False and est["details"]["network"] == "unaware"
     notes = est["details"]["notes"]
-    assert len(notes) == 2 and notes[0].startswith("data-parallel collectives (gradient buckets")
+    assert len(notes) == 3 and notes[0].startswith("data-parallel collectives (gradient buckets")
     assert notes[1].startswith("TP communication overlapped with GEMMs (tp_overlap=on)")
+    assert notes[2].startswith("ring collectives: replay and analytical price each with the protocol NCCL")
     text = main(["simulate", "--model", "llama3-8b", "--set", "layers=4", "--set", "seq=1024", "--plan",
                  "tp=2 pp=2 mbs=1 gbs=8", "--gpus", "8", "--backend", "astra-sim", "--astra-sim", str(stand_in)])
     printed = capsys.readouterr().out
