@@ -76,14 +76,14 @@ class RingProtocol:
     bandwidth_share: float
     overhead_factor: float  # multiple of the host's post overhead an NVLink hop of a spanning ring costs at least
     capped: bool = False  # LL: bandwidth also capped by NcclTuning.ll_cap
+    spanning_all_reduce_factor: float = 1.0  # latency multiple of a multi-node ring all-reduce (Simple's plateau)
 
 
 RING_PROTOCOLS: tuple[RingProtocol, ...] = (
     RingProtocol("LL", 6.6, 0.6, 2.7, 5.0, 0.5, 1.0, capped=True),
     RingProtocol("LL128", 14.0, 1.9, 4.0, 8.5, 0.92, 1.0),
-    RingProtocol("Simple", 8.4, 3.4, 14.0, 14.0, 1.0, 3.0),
+    RingProtocol("Simple", 8.4, 3.4, 14.0, 14.0, 1.0, 3.0, spanning_all_reduce_factor=1.4),  # compute cap. >= 8.0
 )
-SIMPLE_ALL_REDUCE_PLATEAU = 1.4  # Simple's multi-node ring all-reduce latency multiple (compute capability >= 8.0)
 
 
 def ring_protocol_time(tuning: NcclTuning, kind: str, size, n, nodes, bus_gbps, per_node=None):
@@ -105,8 +105,8 @@ def ring_protocol_time(tuning: NcclTuning, kind: str, size, n, nodes, bus_gbps, 
                           proto.nvlink_step_us)
         net = np.where(per_node <= 1, proto.net_step_one_per_node_us, proto.net_step_us)
         latency = proto.base_us + (steps - inter) * nvlink + inter * net
-        if proto.name == "Simple" and kind == "all_reduce":
-            latency = np.where(spanning, latency * SIMPLE_ALL_REDUCE_PLATEAU, latency)
+        if kind == "all_reduce":
+            latency = np.where(spanning, latency * proto.spanning_all_reduce_factor, latency)
         bandwidth = np.asarray(bus_gbps, dtype=float) * proto.bandwidth_share
         if proto.capped:
             bandwidth = np.minimum(bandwidth, tuning.ll_cap(nodes))
