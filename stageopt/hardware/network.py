@@ -100,18 +100,13 @@ def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: 
     steps, factor = alpha_beta_terms(kind, outer.collectives.for_kind(kind), n)
     ring_gbps = np.minimum(inner.achieved_gbps, n_in * outer.achieved_gbps)
     spanning = steps * outer.latency_us * 1e-6 + factor * size / (ring_gbps * 1e9)
-    if hw.nccl is not None:
-        inside = _nccl_ring(hw, kind, inner, size, n_in, 1.0, inner.achieved_gbps, inside)
-        spanning = _nccl_ring(hw, kind, outer, size, n, n_out, ring_gbps, spanning, per_node=n_in)
+    ring_in, ring_out = (t.collectives.for_kind(kind) == "ring" for t in (inner, outer))
+    if hw.nccl is not None and (ring_in or ring_out):
+        # NCCL's protocol choice, in one call: a group inside one domain is a ring over one node (n = n_in)
+        bus = np.where(n_out > 1, ring_gbps, inner.achieved_gbps)
+        nccl = ring_protocol_time(hw.nccl, kind, size, n, n_out, bus, per_node=n_in)
+        inside, spanning = (nccl if ring_in else inside), (nccl if ring_out else spanning)
     return np.where(n_out > 1, spanning, inside)
-
-
-def _nccl_ring(hw: Hardware, kind: str, tier: Tier, size, n, nodes, bus_gbps, alpha_beta, per_node=None):
-    """NCCL's protocol choice (:mod:`stageopt.hardware.nccl_protocols`) where the tier runs ``kind`` as a
-    ring; the α-β time otherwise."""
-    if tier.collectives.for_kind(kind) != "ring":
-        return alpha_beta
-    return ring_protocol_time(hw.nccl, kind, size, n, nodes, bus_gbps, per_node)
 
 
 def exposed_under_gemm(comm, gemm, chunks):
