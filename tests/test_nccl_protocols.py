@@ -78,3 +78,17 @@ def test_the_protocols_are_a_hardware_field_an_override_can_turn():
     slower = apply_hw_overrides(A100, ["nccl.net_overhead_us=4.0"])
     assert collective_time(slower, "all_gather", 64, 64, 1) == pytest.approx((6.6 + 56 * 4.0 + 7 * 2.7) * 1e-6,
                                                                              rel=1e-3)
+
+
+def test_a_tier_running_another_algorithm_keeps_its_alpha_beta_time():
+    from stageopt.hardware.collectives import CollectiveAlgorithms
+    tree = dataclasses.replace(H100, node=dataclasses.replace(H100.node, collectives=CollectiveAlgorithms(
+        all_reduce="tree")))
+    inner = tree.tiers[0]
+    by_hand = 2 * 3 * inner.latency_us * 1e-6 + 14 / 8 * 2**20 / (inner.achieved_gbps * 1e9)  # 2 ceil(log2 8) steps
+    assert collective_time(tree, "all_reduce", 2**20, 8, 1) == pytest.approx(by_hand, rel=1e-9)
+    size, bus = 2**21, inner.achieved_gbps * 1e9  # its all-gather is still a ring, so still NCCL's choice
+    ll = (6.6 + 7 * 0.6) * 1e-6 + 7 / 8 * size / 141.0e9
+    ll128 = (14.0 + 7 * 1.9) * 1e-6 + 7 / 8 * size / (0.92 * bus)
+    simple = (8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * size / bus
+    assert collective_time(tree, "all_gather", size, 8, 1) == pytest.approx(min(ll, ll128, simple), rel=1e-9)
