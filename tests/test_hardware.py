@@ -448,3 +448,10 @@ def test_calibration_keeps_the_papers_backward_to_forward_throughput_ratio_at_he
         assert backward / forward == pytest.approx(BACKWARD_TO_FORWARD, rel=1e-6)
     no_sfu = load_hardware("mi300x").gpu  # exponentials not priced: the plain ratio of shares
     assert backward_share(0.6, no_sfu) == pytest.approx(0.45)
+
+
+def test_an_absent_nccl_section_cannot_be_half_set() -> None:
+    """MI300X has no NCCL protocol section (RCCL): one field of it is a one-line error, not a traceback."""
+    with pytest.raises(ConfigError, match="nccl is not defined in this hardware; add a 'nccl:' section") as info:
+        apply_hw_overrides(load_hardware("mi300x"), ["nccl.ll_max_gbps=10"])
+    assert "\n" not in str(info.value)

@@ -105,11 +105,16 @@ def apply_hw_overrides(hw: Hardware, overrides: Iterable[str]) -> Hardware:
     return hw
 
 
+OPTIONAL_GROUPS = {"interpod": "bandwidth_gbps, latency_us",
+                   "nccl": "ll_max_gbps, ll_max_gbps_two_nodes, ll_max_gbps_many_nodes"}
+
+
 def _replace_creating(hw: Hardware, path: list[str], value: object) -> Hardware:
-    """replace_path, except that an absent optional tier (``interpod``) cannot be half-set."""
-    if path[0] == "interpod" and hw.interpod is None and len(path) > 1:
-        raise ConfigError("interpod is not defined in this hardware; add an interpod section to a YAML "
-                          "file (bandwidth_gbps, latency_us) instead of setting one field")
+    """replace_path, except that an absent optional group (``interpod``, ``nccl``) cannot be half-set."""
+    group = path[0]
+    if group in OPTIONAL_GROUPS and getattr(hw, group) is None and len(path) > 1:
+        raise ConfigError(f"{group} is not defined in this hardware; add a '{group}:' section to a YAML "
+                          f"file ({OPTIONAL_GROUPS[group]}) instead of setting one field")
     return replace_path(hw, path, value)
 
 
