@@ -13,7 +13,8 @@ from pathlib import Path
 
 from stageopt.errors import ConfigError
 from stageopt.hardware.machine import Hardware
-from stageopt.inputs.schema import field_paths, from_mapping, is_group, load_yaml_mapping, parse_text, replace_path
+from stageopt.inputs.schema import (field_paths, from_mapping, group_class, is_group, load_yaml_mapping, parse_text,
+                                    replace_path, required_keys)
 from stageopt.inputs.shipped import SIMULATORS_PACKAGE, shipped_dir, shipped_names
 
 SIMULATORS_DIR = shipped_dir(SIMULATORS_PACKAGE)  # the checkout's simulators/, or stageopt/simulators/ in a wheel
@@ -105,16 +106,14 @@ def apply_hw_overrides(hw: Hardware, overrides: Iterable[str]) -> Hardware:
     return hw
 
 
-OPTIONAL_GROUPS = {"interpod": "bandwidth_gbps, latency_us",
-                   "nccl": "ll_max_gbps, ll_max_gbps_two_nodes, ll_max_gbps_many_nodes"}
-
-
 def _replace_creating(hw: Hardware, path: list[str], value: object) -> Hardware:
-    """replace_path, except that an absent optional group (``interpod``, ``nccl``) cannot be half-set."""
+    """replace_path, except that an absent optional group (``interpod``, ``nccl``) cannot be half-set: its
+    required keys come together, from a YAML section."""
     group = path[0]
-    if group in OPTIONAL_GROUPS and getattr(hw, group) is None and len(path) > 1:
+    if len(path) > 1 and getattr(hw, group) is None:
+        needed = ", ".join(required_keys(group_class(dict(field_paths(Hardware))[group])))
         raise ConfigError(f"{group} is not defined in this hardware; add a '{group}:' section to a YAML "
-                          f"file ({OPTIONAL_GROUPS[group]}) instead of setting one field")
+                          f"file ({needed}) instead of setting one field")
     return replace_path(hw, path, value)
 
 

@@ -142,8 +142,7 @@ def from_mapping(cls: type[T], data: Mapping[str, object], where: str) -> T:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             fix = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(fields)}"
             raise ConfigError(f"{where}: unknown key {shorten(key)}; {fix}")
-    missing = [name for name, f in fields.items() if name not in data
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required_keys(cls) if name not in data]
     if missing:
         raise ConfigError(f"{where}: missing key(s) {', '.join(missing)}; add them "
                           f"(the shipped files under simulators/ are examples)")
@@ -157,6 +156,17 @@ def from_mapping(cls: type[T], data: Mapping[str, object], where: str) -> T:
 def is_group(tp: Any) -> bool:
     """True when annotation ``tp`` is a nested config (a dataclass, optional or not)."""
     return dataclasses.is_dataclass(_optional_inner(tp) or tp)
+
+
+def required_keys(cls: type) -> list[str]:
+    """The fields of dataclass ``cls`` that have no default: a mapping for it must give each."""
+    return [f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+
+def group_class(tp: Any) -> Any:
+    """The dataclass a group annotation holds (``X`` for ``X | None``)."""
+    return _optional_inner(tp) or tp
 
 
 def field_paths(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
