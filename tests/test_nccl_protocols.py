@@ -92,3 +92,102 @@ def test_a_tier_running_another_algorithm_keeps_its_alpha_beta_time():
     ll128 = (14.0 + 7 * 1.9) * 1e-6 + 7 / 8 * size / (0.92 * bus)
     simple = (8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * size / bus
     assert collective_time(tree, "all_gather", size, 8, 1) == pytest.approx(min(ll, ll128, simple), rel=1e-9)
+
+
+def _on_release(hw, release):
+    return dataclasses.replace(hw, nccl=dataclasses.replace(hw.nccl, release=release))
+
+
+def test_nccl_2_8_prices_a_spanning_ring_without_the_hosts_post_overhead():
+    # tuning.cc at v2.8.4-1: LL base 3.6 us, NVLink hop 0.47 us x 1.8 on a ring that leaves the node, network hop
+    # 2.7 us, no post overhead. 64 A100s on 8 nodes, a tiny all-gather: 56 NVLink and 7 network steps
+    by_hand = (3.6 + 56 * 0.47 * 1.8 + 7 * 2.7) * 1e-6
+    assert collective_time(_on_release(A100, "2.8"), "all_gather", 64, 64, 1) == pytest.approx(by_hand, rel=1e-3)
+
+
+def test_nccl_2_8_runs_ll_at_a_third_of_the_bandwidth_on_one_node_and_a_quarter_in_an_all_reduce():
+    hw, size = _on_release(A100, "2.10"), 256 * 2**10
+    bus = _node_bus(A100)
+    gather = [(3.6 + 7 * 0.47) * 1e-6 + 7 / 8 * size / min(bus / 3, 87.7e9),
+              (10.0 + 7 * 1.9) * 1e-6 + 7 / 8 * size / (0.92 * bus), (8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * size / bus]
+    reduce = [(3.6 + 14 * 0.47) * 1e-6 + 14 / 8 * size / min(bus / 4, 87.7e9),
+              (10.0 + 14 * 1.9) * 1e-6 + 14 / 8 * size / (0.92 * bus), (8.4 + 14 * 3.4) * 1e-6 + 14 / 8 * size / bus]
+    assert collective_time(hw, "all_gather", size, 8, 1) == pytest.approx(min(gather), rel=1e-9)
+    assert collective_time(hw, "all_reduce", size, 8, 1) == pytest.approx(min(reduce), rel=1e-9)
+
+
+def test_nccl_2_12_charges_28_us_a_network_hop_under_simple():
+    # a 1 GiB all-gather over 16 A100s on 2 nodes is bandwidth-bound, so Simple: 14 NVLink hops at 3.4 us and
+    # 1 network hop at 28 us (9.6 us in 2.8-2.11 and 2.14-2.17), on top of the 8.4 us base
+    size = 2**30
+    bus = min(A100.tiers[0].achieved_gbps, 8 * A100.tiers[1].achieved_gbps) * 1e9
+    for release, hop in (("2.12", 28.0), ("2.11", 9.6), ("2.14", 9.6)):
+        by_hand = (8.4 + 14 * 3.4 + hop) * 1e-6 + 15 / 16 * size / bus
+        assert collective_time(_on_release(A100, release), "all_gather", size, 16, 1) == pytest.approx(by_hand,
+                                                                                                      rel=1e-9)
+
+
+@pytest.mark.parametrize("release, expected", [("2.8", "2.8"), ("2.10.3", "2.8"), ("2.13", "2.12"),
+                                               ("2.17.1", "2.14"), ("2.19", "2.18"), ("2.22", "2.21"),
+                                               ("2.29", "2.23")])
+def test_a_release_takes_the_table_of_the_newest_change_at_or_before_it(release, expected):
+    from stageopt.hardware.nccl_protocols import NCCL_RELEASES, release_protocols
+    assert release_protocols(release) is dict(NCCL_RELEASES)[expected]
+
+
+def test_the_oldest_release_a_profile_may_name_is_the_oldest_table():
+    from stageopt.frameworks.profile import OLDEST_NCCL_RELEASE, nccl_version
+    from stageopt.hardware.nccl_protocols import NCCL_RELEASES
+    assert nccl_version(NCCL_RELEASES[0][0]) == OLDEST_NCCL_RELEASE
+
+
+@pytest.mark.parametrize("release, fragment", [("2.7", "predates"), ("two", "not a version")])
+def test_a_release_stageopt_cannot_price_is_a_one_line_error(release, fragment):
+    from stageopt.errors import ConfigError
+    with pytest.raises(ConfigError, match=fragment):
+        _on_release(A100, release)
+
+
+def test_a_profile_sets_the_release_and_the_accuracy_record_still_applies():
+    from stageopt.frameworks import load_profile
+    old = A100.for_stack(load_profile("megatron-lm-2021"))
+    assert old.nccl.release == "2.8" and A100.for_stack(load_profile("megatron-core")) is A100
+    assert old.fingerprint() == A100.fingerprint()  # the release is the software's, not the machine's
+
+
+def test_a_profiles_release_prices_a_plan_as_that_release_on_the_hardware_would(tmp_path):
+    # a custom stack on NCCL 2.23 is the 2021 stack run on a machine whose nccl field names 2.23; ZeRO-3 over 4
+    # nodes crosses the network on every gather, which costs more than on 2.8 (LL128 base 14 us, not 10; each NVLink
+    # hop at least the AMD host's 2 us post overhead)
+    from stageopt.frameworks import load_profile
+    from stageopt.model import load_model
+    from stageopt.parallel.plan import Plan
+    from stageopt.sim.analytical import AnalyticalSimulator
+    from stageopt.sim.replay import ReplaySimulator
+    from stageopt.workload import build_workload
+
+    custom = tmp_path / "ds-2024.yaml"
+    custom.write_text('base: megatron-deepspeed-2021\nname: ds-2024\nnccl_release: "2.23"\n')
+    unset = tmp_path / "ds-unset.yaml"
+    unset.write_text('base: megatron-deepspeed-2021\nname: ds-unset\nnccl_release: null\n')
+    model = load_model("gpt3-175b", ["layers=4", "seq=2048"])
+
+    def seconds(framework, hw, sim):
+        plan = Plan.parse("tp=1 pp=1 dp=32 mbs=1 gbs=32 zero=3 recompute=full dtype=fp16",
+                          framework=load_profile(framework))
+        return sim.evaluate(build_workload(model, plan, 32), hw).time_breakdown_s["exposed_dp_comm"]
+
+    for sim in (AnalyticalSimulator(), ReplaySimulator()):
+        by_profile = seconds(custom, A100, sim)
+        assert by_profile == pytest.approx(seconds(unset, _on_release(A100, "2.23"), sim), rel=1e-9)
+        assert by_profile > seconds("megatron-deepspeed-2021", A100, sim)
+
+
+@pytest.mark.parametrize("value, fragment", [('"2.7"', "predates"), ("2.10", "put it in quotes")])
+def test_a_profile_naming_a_release_it_cannot_be_is_a_one_line_error_at_load(tmp_path, capsys, value, fragment):
+    from stageopt.cli import main
+    path = tmp_path / "old.yaml"
+    path.write_text(f"base: megatron-core\nname: old\nnccl_release: {value}\n")
+    code = main(["simulate", "--model", "llama3-8b", "--gpus", "8", "--plan", "dp=8 gbs=8", "--framework", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and fragment in err and len(err.splitlines()) == 1

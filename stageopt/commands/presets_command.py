@@ -53,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
                       align=["left", "left", "right", "right", "right", "right", "right", "right", "right"]))
     print(f"\nframeworks (default {DEFAULT_FRAMEWORK}):")
     profiles = [load_profile(n) for n in list_profiles()]
-    print(render_rows(["name", "low precision", "fp8 recipe", "description"],
+    print(render_rows(["name", "low precision", "fp8 recipe", "NCCL", "description"],
                       [[p.name, ", ".join(p.low_precision) or "-", p.fp8_recipe if "fp8" in p.low_precision else "-",
-                        p.description] for p in profiles],
-                      align=["left", "left", "left", "left"]))
+                        p.nccl_release or "(hardware)", p.description] for p in profiles],
+                      align=["left", "left", "left", "left", "left"]))
     return 0
 
 

@@ -33,6 +33,22 @@ GRAD_CAST_ADD_BYTES = 18
 # "qkv" and "fc1" fuse GEMMs rather than elementwise ops: the query/key/value projections, and the
 # gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated).
 
+# The oldest NCCL release whose ring cost model stageopt holds (stageopt.hardware.nccl_protocols.NCCL_RELEASES).
+OLDEST_NCCL_RELEASE = (2, 8)
+
+
+def nccl_version(release: str) -> tuple[int, ...]:
+    """An NCCL release (``"2.10"``, ``"2.18.3"``) as a version tuple, or a one-line error."""
+    try:
+        version = tuple(int(part) for part in str(release).split("."))
+    except ValueError:
+        raise ConfigError(f"nccl release {release!r} is not a version; write it as major.minor (for example "
+                          f"\"2.18\")") from None
+    if version < OLDEST_NCCL_RELEASE:
+        oldest = ".".join(map(str, OLDEST_NCCL_RELEASE))
+        raise ConfigError(f"nccl release {release!r} predates the cost models stageopt knows; give {oldest} or later")
+    return version
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FrameworkProfile:
@@ -138,6 +154,9 @@ class FrameworkProfile:
     has finished this one. The analytical model prices ZB-2p's steady state then, the parallelogram the bypass
     was made for: the second of two iterations run back to back, less the first
     (:func:`stageopt.sim.analytical_schedules.schedule_shape_results`).
+    ``nccl_release``: the NCCL release the stack shipped with (``"2.10"``; None: the hardware's
+    ``nccl.release``, today's cost model). NCCL chooses each ring's protocol by its own cost model, whose
+    constants changed between releases (:data:`stageopt.hardware.nccl_protocols.NCCL_RELEASES`).
     """
 
     name: str
@@ -176,6 +195,7 @@ class FrameworkProfile:
     fsdp_copies: Literal["none", "fsdp1", "fsdp2"] = "none"
     wgrad_accumulation_fusion: bool = False
     optimizer_post_validation: bool = False
+    nccl_release: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -190,6 +210,8 @@ class FrameworkProfile:
             raise ConfigError(f"framework {self.name}: fp8_recipe {self.fp8_recipe!r} unknown; choose from "
                               f"{', '.join(FP8_RECIPES)}")
         unknown = [s for s in self.schedules if s not in SCHEDULE_NAMES]
+        if self.nccl_release is not None:
+            nccl_version(self.nccl_release)
         if unknown or not self.schedules:
             raise ConfigError(f"framework {self.name}: schedules {list(self.schedules)} must be a non-empty "
                               f"list of {', '.join(SCHEDULE_NAMES)}")

@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 
 from stageopt.errors import ConfigError
-from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
+from stageopt.frameworks.profile import LOW_PRECISION_RECIPES, FrameworkProfile
 from stageopt.hardware.collectives import CollectiveAlgorithms, CollectiveKind, collective_time_s
 from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, GpuEfficiency, gemm_tiled_flops
 from stageopt.hardware.headroom import default_reserve_gib
@@ -301,7 +301,16 @@ class Hardware:
         """A digest of everything that prices a step (not the name, description, price or accuracy record)."""
         plain = dataclasses.asdict(dataclasses.replace(self, name="", description="", cost_per_gpu_hour=1.0,
                                                        accuracy=None))
+        if plain["nccl"] is not None:
+            del plain["nccl"]["release"]  # the software's (a framework profile sets it per run), not the machine's
         return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def for_stack(self, framework: FrameworkProfile) -> Hardware:
+        """This machine running ``framework``'s software: rings priced by the NCCL release the stack names."""
+        release = framework.nccl_release
+        if self.nccl is None or release is None or release == self.nccl.release:
+            return self
+        return dataclasses.replace(self, nccl=dataclasses.replace(self.nccl, release=release))
 
     @property
     def measured_accuracy(self) -> Accuracy | None:

@@ -124,7 +124,8 @@ def _coerce(tp: Any, value: object, where: str) -> object:
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where} = {shorten(value)} must be text")
+            hint = " (YAML reads an unquoted 2.10 as the number 2.1)" if isinstance(value, float) else ""
+            raise ConfigError(f"{where} = {shorten(value)} must be text; put it in quotes{hint}")
         return value
     raise TypeError(f"unsupported annotation {tp!r} at {where}")  # a bug in a config class
 

@@ -63,6 +63,7 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware, tp_async
     GEMMs, ASTRA-sim's rule, which runs every collective in full).
     """
     plan = work.plan
+    hw = hw.for_stack(plan.framework)
     nodes = program.nodes
     out = np.zeros(len(nodes))
     comp = [n for n in nodes if n.type == COMP]

@@ -121,6 +121,7 @@ def _pick(stages: list[dict], index: np.ndarray, getter) -> np.ndarray:
 
 def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     proto = plans[0]
+    hw = hw.for_stack(proto.framework)
     partial = any(p.recomputed_per_chunk is not None for p in plans)
     cost = {k: block_costs(model, hw, proto, c, k) for k in block_kinds(model, with_stored=partial)}
     m = c["gbs"] / (c["mbs"] * c["dp"])

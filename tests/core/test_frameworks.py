@@ -116,8 +116,9 @@ def test_megascale_is_its_megatron_lm_base_with_the_papers_changes():
     base, ours = load_profile("megatron-lm-2022"), load_profile("megascale")
     differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
     assert differ == {"name", "description", "source", "attention", "attention_kernel", "sequence_parallel",
-                      "tp_comm_overlap", "dp_comm_overlap", "distributed_optimizer", "dp_bucket"}
+                      "tp_comm_overlap", "dp_comm_overlap", "distributed_optimizer", "dp_bucket", "nccl_release"}
     assert (ours.attention, ours.attention_kernel, ours.dp_bucket) == ("flash", "fa2", "chunk")
+    assert (base.nccl_release, ours.nccl_release) == ("2.8", "2.18")  # a 2021 container, a 2023 one
     assert ours.pipeline_scatter_gather and ours.tp_async_backward  # the base's, kept
 
 
@@ -129,7 +130,7 @@ def test_zero_bubble_is_its_megatron_lm_base_with_the_forks_launch_flags():
     base, ours = load_profile("megatron-lm-2022"), load_profile("zero-bubble")
     differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
     assert differ == {"name", "description", "source", "sequence_parallel", "distributed_optimizer", "schedules",
-                      "optimizer_post_validation"}
+                      "optimizer_post_validation", "nccl_release"}
     assert ours.attention == "eager" and ours.optimizer_post_validation
     assert set(ours.schedules) == {"1f1b", "interleaved", "zbh1", "zb2p", "zbv"}
 
