@@ -191,3 +191,44 @@ def test_a_profile_naming_a_release_it_cannot_be_is_a_one_line_error_at_load(tmp
     code = main(["simulate", "--model", "llama3-8b", "--gpus", "8", "--plan", "dp=8 gbs=8", "--framework", str(path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and fragment in err and len(err.splitlines()) == 1
+
+
+def test_a_small_all_reduce_across_many_nodes_runs_as_ncclss_tree():
+    # 1 KB over 1,024 H100s, 8 a node (128 nodes): the tree's LL costs its 6.8 us base plus, both ways, 7 NVLink
+    # hops of 0.6 us and log2(128) = 7 network hops of 5.0 us; the ring would take 2,046 steps
+    by_hand = (6.8 + 2 * (7 * 0.6 + 7 * 5.0)) * 1e-6 + 1000 / (0.5 * 20.4e9)
+    assert collective_time(H100, "all_reduce", 1000, 1024, 1) == pytest.approx(by_hand, rel=1e-9)
+
+
+def test_the_tree_takes_its_medium_size_correction_and_the_ring_keeps_large_messages():
+    from stageopt.hardware.nccl_protocols import ring_protocol_time
+    from stageopt.hardware.nccl_tree import tree_all_reduce_time
+    bus = min(H100.tiers[0].achieved_gbps, 8 * H100.tiers[1].achieved_gbps)
+    # 1 MiB = 64 B x 2^14 over 16 nodes of 8: NCCL's corrections at index 14 are LL 0.5, LL128 0.6, Simple 0.5
+    size = 2**20
+    ll = (6.8 + 2 * (7 * 0.6 + 4 * 5.0)) * 1e-6 + size / (0.5 * min(bus * 0.92 / 3.8, 20.4) * 0.5 * 1e9)
+    ll128 = (14.0 + 2 * (7 * 1.25 + 4 * 8.5)) * 1e-6 + size / (0.5 * bus * 0.92 * 120 / 128 * 0.6 * 1e9)
+    simple = (8.4 + 2 * (7 * 4.0 + 4 * 14.0)) * 1e-6 + size / (0.5 * bus * 0.92 * 0.5 * 1e9)
+    assert tree_all_reduce_time(H100.nccl, size, 8, 16, bus) == pytest.approx(min(ll, ll128, simple), rel=1e-9)
+    # 1 GiB over 2 nodes: the tree's 0.92 of the bandwidth loses to the ring (30 steps), which NCCL then runs
+    big = 2**30
+    ring = ring_protocol_time(H100.nccl, "all_reduce", big, 16, 2, bus, per_node=8)
+    assert tree_all_reduce_time(H100.nccl, big, 8, 2, bus) > ring
+    assert collective_time(H100, "all_reduce", big, 16, 1) == pytest.approx(float(ring), rel=1e-9)
+
+
+def test_nccl_2_8_builds_its_tree_from_older_constants():
+    # v2.8.4-1: tree bases 4.4 us, LL NVLink hops 0.52 us x 1.8 across nodes, LL network hops 5.0 us
+    by_hand = (4.4 + 2 * (7 * 0.52 * 1.8 + 7 * 5.0)) * 1e-6 + 1000 / (0.5 * 19.0e9)  # AMD host's LL cap, 19 GB/s
+    assert collective_time(_on_release(A100, "2.8"), "all_reduce", 1000, 1024, 1) == pytest.approx(by_hand,
+                                                                                                   rel=1e-9)
+
+
+def test_gathers_and_one_node_all_reduces_have_no_tree():
+    from stageopt.hardware.nccl_protocols import ring_protocol_time
+    bus = H100.tiers[0].achieved_gbps
+    assert collective_time(H100, "all_reduce", 1000, 8, 1) == pytest.approx(
+        float(ring_protocol_time(H100.nccl, "all_reduce", 1000, 8, 1, bus)), rel=1e-12)
+    spanning = min(bus, 8 * H100.tiers[1].achieved_gbps)
+    assert collective_time(H100, "all_gather", 1000, 1024, 1) == pytest.approx(
+        float(ring_protocol_time(H100.nccl, "all_gather", 1000, 1024, 128, spanning, per_node=8)), rel=1e-12)

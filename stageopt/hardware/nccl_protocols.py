@@ -123,10 +123,15 @@ NCCL_RELEASES: tuple[tuple[str, tuple[RingProtocol, ...]], ...] = (
     ("2.8", _R2_8), ("2.12", _R2_12), ("2.14", _R2_8), ("2.18", _R2_18), ("2.21", _R2_21), ("2.23", RING_PROTOCOLS))
 
 
+def table_for(release: str, releases):
+    """The table of ``releases`` ((first release, table), oldest first) in force at ``release`` (``2.18.3``)."""
+    version = nccl_version(release)
+    return [table for start, table in releases if nccl_version(start) <= version][-1]
+
+
 def release_protocols(release: str) -> tuple[RingProtocol, ...]:
     """The ring protocol table of an NCCL release (``2.10``, ``2.18.3``, ...)."""
-    version = nccl_version(release)
-    return [table for start, table in NCCL_RELEASES if nccl_version(start) <= version][-1]
+    return table_for(release, NCCL_RELEASES)
 
 
 def ring_protocol_time(tuning: NcclTuning, kind: str, size, n, nodes, bus_gbps, per_node=None):

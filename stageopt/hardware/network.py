@@ -14,8 +14,9 @@ smaller of the NVLink bandwidth and the domain's ``n_in`` NICs together.
 Where the hardware has an ``nccl`` field (the NVIDIA presets), a ring's
 latency and bandwidth are those of the protocol NCCL picks for the message
 (:mod:`stageopt.hardware.nccl_protocols`): NVLink and network hops at their
-own per-protocol latencies, LL and LL128 at their share of the bandwidth.
-Without it every step of a ring costs the tier's ``latency_us`` (a spanning
+own per-protocol latencies, LL and LL128 at their share of the bandwidth; an
+all-reduce across nodes takes NCCL's tree instead where that is cheaper
+(:mod:`stageopt.hardware.nccl_tree`). Without it every step of a ring costs the tier's ``latency_us`` (a spanning
 ring's, the scale-out tier's), the one α-β ring per tier ASTRA-sim also uses.
 All-to-all sends the share of each rank's buffer bound for other domains over
 the scale-out tier.
@@ -29,6 +30,7 @@ from scipy.special import gammaln
 from stageopt.hardware.collectives import alpha_beta_terms
 from stageopt.hardware.machine import Hardware, Tier
 from stageopt.hardware.nccl_protocols import ring_protocol_time
+from stageopt.hardware.nccl_tree import tree_all_reduce_time
 
 
 def _tier_time(tier: Tier, kind: str, size, n):
@@ -105,6 +107,8 @@ def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: 
         # NCCL's protocol choice, in one call: a group inside one domain is a ring over one node (n = n_in)
         bus = np.where(n_out > 1, ring_gbps, inner.achieved_gbps)
         nccl = ring_protocol_time(hw.nccl, kind, size, n, n_out, bus, per_node=n_in)
+        if kind == "all_reduce" and ring_out:  # across nodes NCCL may run it as a tree instead
+            nccl = np.where(n_out > 1, np.minimum(nccl, tree_all_reduce_time(hw.nccl, size, n_in, n_out, bus)), nccl)
         inside, spanning = (nccl if ring_in else inside), (nccl if ring_out else spanning)
     return np.where(n_out > 1, spanning, inside)
 

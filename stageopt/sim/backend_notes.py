@@ -43,9 +43,9 @@ POST_VALIDATION = ("the stack bypasses the optimizer's synchronisation (optimize
                    "iterations overlap: --backend analytical prices that steady state; replay and ASTRA-sim time "
                    "one iteration from a common start, which keeps the pipeline's fill and drain")
 NCCL_PROTOCOLS = ("ring collectives: replay and analytical price each with the protocol NCCL would pick for its size "
-                  "(LL, LL128 or Simple; the hardware's nccl field), ASTRA-sim as one latency-bandwidth ring per "
-                  "tier, which small and middle-sized messages feel (--backend replay --dp-stream shared uses "
-                  "ASTRA-sim's rule)")
+                  "(LL, LL128 or Simple, and the tree for an all-reduce across nodes where it is cheaper; the "
+                  "hardware's nccl field), ASTRA-sim as one latency-bandwidth ring per tier, which small and "
+                  "middle-sized messages feel (--backend replay --dp-stream shared uses ASTRA-sim's rule)")
 CONGESTION = ("congestion-aware: ASTRA-sim shares each link between the messages that cross it at once; replay "
               "and analytical do not model contention")
 

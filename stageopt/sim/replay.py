@@ -16,8 +16,8 @@ data-parallel collective slow down as the analytical model charges
 issues beside a GEMM take what the GEMM leaves exposed; ASTRA-sim prices no
 such contention and runs every collective whole, and so does ``shared``.
 ASTRA-sim's analytical network also times every collective as one
-latency-bandwidth ring per tier, not with NCCL's protocol choice
-(:mod:`stageopt.hardware.nccl_protocols`); ``shared`` prices them so too.
+latency-bandwidth ring per tier, not with NCCL's protocol and algorithm choice
+(:mod:`stageopt.hardware.nccl_protocols`, :mod:`stageopt.hardware.nccl_tree`); ``shared`` prices them so too.
 """
 
 from __future__ import annotations
