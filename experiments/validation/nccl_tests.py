@@ -1,8 +1,9 @@
 """The collective model against published nccl-tests curves: time and bus bandwidth per message size.
 
 Each row of nccl_tests.csv (beside this script) is one size of a published
-nccl-tests run: a hardware preset, a collective, the ranks (consecutive, one
-node) and the measured time. The prediction is
+nccl-tests run: a hardware preset, a collective, the ranks (consecutive, 8 a
+node), the NCCL release where the source names it (blank: the preset's) and the
+measured time. The prediction is
 :func:`stageopt.hardware.network.collective_time`, the function every backend
 prices collectives with, on the preset as shipped. Bus bandwidth follows
 nccl-tests' convention (all-reduce: algbw x 2(n-1)/n; all-gather and
@@ -18,6 +19,7 @@ Run: python experiments/validation/nccl_tests.py [nccl_tests.csv]
 from __future__ import annotations
 
 import csv
+import dataclasses
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -46,6 +48,8 @@ def predict(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         hw = hardware.setdefault(r["hardware"], load_hardware(r["hardware"]))
+        if r.get("nccl_release") and hw.nccl is not None:
+            hw = dataclasses.replace(hw, nccl=dataclasses.replace(hw.nccl, release=r["nccl_release"]))
         size, ranks = int(r["bytes"]), int(r["ranks"])
         model_us = float(collective_time(hw, r["collective"], size, ranks, 1)) * 1e6
         factor = bus_factor(r["collective"], ranks)
