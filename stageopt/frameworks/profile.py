@@ -209,9 +209,9 @@ class FrameworkProfile:
         if self.fp8_recipe not in FP8_RECIPES:
             raise ConfigError(f"framework {self.name}: fp8_recipe {self.fp8_recipe!r} unknown; choose from "
                               f"{', '.join(FP8_RECIPES)}")
-        unknown = [s for s in self.schedules if s not in SCHEDULE_NAMES]
         if self.nccl_release is not None:
             nccl_version(self.nccl_release)
+        unknown = [s for s in self.schedules if s not in SCHEDULE_NAMES]
         if unknown or not self.schedules:
             raise ConfigError(f"framework {self.name}: schedules {list(self.schedules)} must be a non-empty "
                               f"list of {', '.join(SCHEDULE_NAMES)}")

@@ -98,24 +98,25 @@ _SIMPLE = RingProtocol("Simple", 8.4, 3.4, 14.0, 14.0, 1.0, 3.0, spanning_all_re
 RING_PROTOCOLS: tuple[RingProtocol, ...] = (_LL, _LL128, _SIMPLE)
 
 
-def _older(protocols, **changes_by_name):
+def with_changes(protocols, **changes_by_name):
+    """An older release's table: ``protocols`` with the named protocols' fields changed."""
     return tuple(replace(p, **changes_by_name.get(p.name, {})) for p in protocols)
 
 
 # 2.21-2.22: one rank per node pays the ring's own network hop, and LL128 keeps 0.7 of the bandwidth there
-_R2_21 = _older(RING_PROTOCOLS, LL={"net_step_one_per_node_us": 2.7}, LL128={"net_step_one_per_node_us": 4.0,
-                                                                              "one_per_node_share": 0.7})
+_R2_21 = with_changes(RING_PROTOCOLS, LL={"net_step_one_per_node_us": 2.7},
+                      LL128={"net_step_one_per_node_us": 4.0, "one_per_node_share": 0.7})
 # 2.18-2.20: LL at a quarter of the bandwidth (a third on a one-node all-gather or reduce-scatter)
-_R2_18 = _older(_R2_21, LL={"bandwidth_share": 0.25, "one_node_gather_share": 1 / 3})
+_R2_18 = with_changes(_R2_21, LL={"bandwidth_share": 0.25, "one_node_gather_share": 1 / 3})
 # 2.8-2.11 and 2.14-2.17: cheaper LL and LL128 bases and LL NVLink hops (1.8x on a spanning ring), a 9.6 us
 # network hop under Simple, no host post overhead, and a 1.9x plateau from 4 KiB per rank
-_R2_8 = _older(_R2_18, LL={"base_us": 3.6, "nvlink_step_us": 0.47, "overhead_factor": 0.0,
-                           "spanning_nvlink_factor": 1.8},
-               LL128={"base_us": 10.0, "overhead_factor": 0.0},
-               Simple={"net_step_us": 9.6, "net_step_one_per_node_us": 9.6, "overhead_factor": 0.0,
-                       "spanning_all_reduce_factor": 1.9, "plateau_bytes_per_rank": 4096.0})
+_R2_8 = with_changes(_R2_18, LL={"base_us": 3.6, "nvlink_step_us": 0.47, "overhead_factor": 0.0,
+                                 "spanning_nvlink_factor": 1.8},
+                     LL128={"base_us": 10.0, "overhead_factor": 0.0},
+                     Simple={"net_step_us": 9.6, "net_step_one_per_node_us": 9.6, "overhead_factor": 0.0,
+                             "spanning_all_reduce_factor": 1.9, "plateau_bytes_per_rank": 4096.0})
 # 2.12-2.13: a 28 us network hop under Simple
-_R2_12 = _older(_R2_8, Simple={"net_step_us": 28.0, "net_step_one_per_node_us": 28.0})
+_R2_12 = with_changes(_R2_8, Simple={"net_step_us": 28.0, "net_step_one_per_node_us": 28.0})
 
 # Each table holds from its release up to the next (tuning.cc at v2.8.4-1, v2.12.12-1, v2.14.3-1, v2.18.3-1,
 # v2.21.5-1 and v2.23.4-1, which 5067397c still matches for rings).

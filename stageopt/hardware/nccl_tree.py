@@ -21,11 +21,11 @@ topology whose NICs all hang off one GPU (not the NVIDIA presets' nodes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from stageopt.hardware.nccl_protocols import NcclTuning, table_for
+from stageopt.hardware.nccl_protocols import NcclTuning, table_for, with_changes
 
 _SHRINK = 0.92  # every tree all-reduce (tuning.cc: busBw * .92)
 # treeCorrectionFactor (2.12 on), one row per protocol, bandwidth multiple at 64 B x 2^i for i = 0..22
@@ -56,21 +56,17 @@ TREE_PROTOCOLS: tuple[TreeProtocol, ...] = (
 )
 
 
-def _older(protocols, **changes_by_name):
-    return tuple(replace(p, **changes_by_name.get(p.name, {})) for p in protocols)
-
-
 # 2.19-2.22: Simple's hops at 28 us on NVLink and the network, no Simple base
-_T2_19 = _older(TREE_PROTOCOLS, Simple={"base_us": 0.0, "nvlink_step_us": 28.0, "net_step_us": 28.0})
+_T2_19 = with_changes(TREE_PROTOCOLS, Simple={"base_us": 0.0, "nvlink_step_us": 28.0, "net_step_us": 28.0})
 # 2.18: Simple's hops at 4 and 14 us
-_T2_18 = _older(_T2_19, Simple={"nvlink_step_us": 4.0, "net_step_us": 14.0})
+_T2_18 = with_changes(_T2_19, Simple={"nvlink_step_us": 4.0, "net_step_us": 14.0})
 # 2.12-2.17: bases of 4.4 us, LL NVLink hops of 0.52 us (1.8x on a tree across nodes), Simple's hops at 28 us
-_T2_12 = _older(_T2_18, LL={"base_us": 4.4, "nvlink_step_us": 0.52, "nvlink_factor": 1.8},
-                LL128={"base_us": 4.4}, Simple={"nvlink_step_us": 28.0, "net_step_us": 28.0})
+_T2_12 = with_changes(_T2_18, LL={"base_us": 4.4, "nvlink_step_us": 0.52, "nvlink_factor": 1.8},
+                      LL128={"base_us": 4.4}, Simple={"nvlink_step_us": 28.0, "net_step_us": 28.0})
 # 2.8-2.11: LL128 at 0.915 of the tree's bandwidth, and its own correction row
-_T2_8 = _older(_T2_12, LL128={"bandwidth_share": _SHRINK * 0.915,
-                              "correction": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7,
-                                             .7, .8, .9, .9, .92, .92)})
+_T2_8 = with_changes(_T2_12, LL128={"bandwidth_share": _SHRINK * 0.915,
+                                    "correction": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6,
+                                                   .7, .7, .8, .9, .9, .92, .92)})
 
 # tuning.cc at v2.8.4-1, v2.12.12-1, v2.18.3-1, v2.19.3-1 and v2.23.4-1 (which 5067397c still matches for trees)
 TREE_RELEASES: tuple[tuple[str, tuple[TreeProtocol, ...]], ...] = (
