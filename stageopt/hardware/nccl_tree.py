@@ -15,8 +15,9 @@ x 0.92 / 3.8, at most LL's cap (LL), and ``correction_p`` NCCL's measured
 shortfall of trees at medium sizes (``treeCorrectionFactor``, by powers of two
 from 64 B). Constants from ``src/graph/tuning.cc`` at each tag where they
 changed (:data:`TREE_RELEASES`). Left out: the per-channel tree bandwidth caps
-(they need NCCL's channel count and bind only on narrow trees) and the 0.85 of a
-topology whose NICs all hang off one GPU (not the NVIDIA presets' nodes).
+(they need NCCL's channel count, which the presets do not state; where they bind,
+LL128 trees run slower than priced here) and the 0.85 of a topology whose NICs
+all hang off one GPU (not the NVIDIA presets' nodes).
 """
 
 from __future__ import annotations
