@@ -167,7 +167,7 @@ RECOMPUTE_MODULE_OPS = {
     "mlp": lambda op: op.name.startswith("mlp.") and op.kind != "comm",  # dense MLP layers
     "moe": lambda op: (op.name.startswith(("expert.", "router")) or op.name in ("permute", "unpermute")
                        or (op.kind == "comm" and op.collective is not None and op.collective.axis == "ep")),
-    "moe_act": lambda op: op.name.startswith("expert.") and op.kind == "vector",  # the experts' activation
+    "moe_act": lambda op: op.name == "expert.swiglu",  # the experts' activation (with its fused first bias)
     "shared_experts": lambda op: op.name.startswith("shared.") and op.kind != "comm",
 }
 
@@ -214,7 +214,8 @@ def _unconverted(fwd: GraphBuilder, t: Tensor) -> Tensor:
 
 
 def arch_of(model, plan) -> Arch:
-    """The structural choices of a block: the model's, with the stack's attention kernel and dropout."""
+    """The structural choices of a block: the model's, with the stack's attention kernel and dropout (and the
+    experts' second bias added in fp32, as Megatron-Core does)."""
     stack = plan.framework
     attention = stack.attention if stack.attention is not None else model.attention
     dropout = stack.dropout if stack.dropout is not None else model.dropout
@@ -227,4 +228,5 @@ def arch_of(model, plan) -> Arch:
                 selective=f"modules:{plan.recompute_modules}" if plan.recompute_modules else stack.selective_recompute,
                 expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard,
                 lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0,
-                parallel_block=model.parallel_block)
+                parallel_block=model.parallel_block, rope_fusable=model.rope_mscale == 1,
+                expert_bias_fp32=True)

@@ -48,6 +48,8 @@ class Arch:
     tp_regather: bool = True  # SP: save a TP all-gather's shard and re-gather in backward (Megatron), else keep it whole
     lowp_gather: float = 0.0  # bytes an element of a low-precision GEMM's TP-gathered input moves (0: high precision)
     parallel_block: str = "off"  # off | shared_norm | two_norms (ModelSpec.parallel_block)
+    rope_fusable: bool = True  # no YaRN scaling (ModelSpec.rope_mscale 1): a stack's fused RoPE kernel applies
+    expert_bias_fp32: bool = False  # experts' second bias added in fp32 outside the GEMM (Megatron-Core training)
 
 
 ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads
@@ -164,8 +166,9 @@ def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | Non
         v = _bias(b, v, arch, "v", G * D, Layout.of(tp=Split(0)))
     if arch.position == "rope":
         # Eager RoPE: cast to fp32 complex, multiply, cast back (about three passes).
-        (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
-        (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse="rope", eager_passes=3.0)
+        fuse = "rope" if arch.rope_fusable else ""
+        (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=3.0)
+        (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=3.0)
     q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)
     b.region = "attn_core"
     if arch.attention == "flash":
@@ -215,6 +218,7 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     """Routed experts (top-k of E, balanced) behind all-to-all dispatch/combine, plus shared experts."""
     h = _norm(b, x, arch, "ln2")
     logits = b.einsum("router", "bsh,he->bse", (h, weight("w_router", (H, E))), out_dtype=FP32, precision=0)
+    logits = _bias(b, logits, arch, "router", E, Layout())
     (probs,) = b.vector("router_topk", (logits,), flops_per_elem=6, bwd_flops_per_elem=4, needs=("out0",))
     tokens = _permute(b, h, probs, arch.expert_capacity)
     shared = None
@@ -231,16 +235,41 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
                     extra=fc1)
     up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")), extra=fc1)
-    (act,) = b.vector("expert.swiglu", (gate, up), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0", "in1"),
-                      fuse="bias_activation")
+    # Expert biases (gpt-oss): the first layer's are added inside the fused bias-activation kernel.
+    fc1_bias = tuple(weight(f"we_{n}_bias", (E, FE), expert.with_("tp", Split(1)) if arch.expert_tp else expert,
+                            "expert") for n in ("gate", "up")) if arch.bias else ()
+    (act,) = b.vector("expert.swiglu", (gate, up, *fc1_bias), flops_per_elem=5, bwd_flops_per_elem=8,
+                      needs=("in0", "in1"), fuse="bias_activation")
     down = b.einsum("expert.down", "ecf,efh->ech",
                     (act, weight("we_down", (E, FE, H), expert_down, "expert")))
+    down = _expert_output_bias(b, down, arch)
     back = b.convert(down, down.layout.with_("ep", Split(1)))
     y = _unpermute(b, back, probs, h)
     if arch.shared_experts:
         shared = shared if shared is not None else _mlp_core(b, h, arch, NS * FE, "shared")
         (y,) = b.vector("shared_add", (y, shared), bwd="identity", linear=True)
     return _residual_add(b, x, y, arch, "moe_residual")
+
+
+def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
+    """The routed experts' second bias (gpt-oss), scaled by each token's router probability.
+
+    Megatron-Core adds it outside the grouped GEMM, in fp32 (``TEGroupedMLP._apply_bias``): the output
+    is cast up, a per-token bias row expanded and scaled, the two added and cast back, and the fp32 rows
+    are saved for backward. That is about 36 bytes an element each way, modelled as one unfused op of
+    4.5 passes over its bf16 input and output and the 4-byte rows it saves. Serving engines add it in
+    their fused MoE kernels (one bf16 pass here).
+    """
+    if not arch.bias:
+        return down
+    bias = weight("we_down_bias", (E, H), Layout.of(ep=Split(0)), "expert")
+    if not arch.expert_bias_fp32:
+        (y,) = b.vector("expert.fc2_bias", (down, bias), linear=True)
+        return y
+    y, _rows = b.vector("expert.fc2_bias", (down, bias), flops_per_elem=3, bwd_flops_per_elem=3, linear=True,
+                        needs=("out1",), eager_passes=4.5,
+                        outputs=(("expert.fc2_bias", ACT, "activation"), ("expert.fc2_bias_rows", FP32, "activation")))
+    return y
 
 
 def _permute(b: GraphBuilder, h: Tensor, probs: Tensor, load: float) -> Tensor:

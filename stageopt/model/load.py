@@ -176,6 +176,35 @@ def _hf_bool(cfg: dict[str, Any], key: str, origin: str, default: bool) -> bool:
 def from_hf_config(cfg: dict[str, Any], origin: str = "config.json") -> dict[str, Any]:
     """Map a Hugging Face transformers config to ModelSpec fields (every value type-checked), plus the
     assumptions made (the training ``seq``)."""
+    fields = _architecture_fields(cfg, origin)
+    mscale = _yarn_mscale(cfg.get("rope_scaling"), origin)
+    return {**fields, "rope_mscale": mscale} if mscale != 1 else fields
+
+
+def _yarn_mscale(scaling: Any, origin: str) -> float:
+    """YaRN's attention scaling of the rotary tables, as Megatron-Core derives it from a config's ``rope_scaling``
+    (``_yarn_get_concentration_factor``): ``attention_factor`` when given, else mscale / mscale_all_dim when
+    both are given, else 0.1 ln(factor) + 1. 1 for any other (or no) scaling."""
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "yarn":
+        return 1.0
+    for key in ("factor", "attention_factor", "mscale", "mscale_all_dim"):
+        value = scaling.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise ConfigError(f"{origin}: rope_scaling.{key} = {shorten(value)} must be a positive number")
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor = float(scaling.get("factor") or 1.0)
+
+    def yarn_mscale(m: float) -> float:
+        return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+    if scaling.get("mscale") is None or scaling.get("mscale_all_dim") is None:
+        return yarn_mscale(1.0)
+    return yarn_mscale(scaling["mscale"]) / yarn_mscale(scaling["mscale_all_dim"])
+
+
+def _architecture_fields(cfg: dict[str, Any], origin: str) -> dict[str, Any]:
+    """ModelSpec fields of the model type's family reader."""
     kind = cfg.get("model_type", "")
     kind = kind.lower() if isinstance(kind, str) else shorten(kind)
     named = cfg.get("_name_or_path")

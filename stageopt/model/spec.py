@@ -67,6 +67,10 @@ class ModelSpec:
     groups and let each token pick its experts from that many groups; a node-deduplicated dispatch then
     reaches fewer nodes. 0: unlimited.
 
+    ``rope_mscale`` is YaRN's attention scaling of the rotary cos/sin tables (0.1 ln(factor) + 1 where the
+    config gives no ``mscale``: 1.3466 for gpt-oss's factor 32). Megatron-Core's fused RoPE kernel takes no
+    such factor, so with anything but 1 the rotation runs unfused (``rope_utils.apply_rotary_pos_emb``).
+
     ``parallel_block`` computes a layer's attention and MLP side by side from the same input,
     ``x + attn(ln(x)) + mlp(ln(x))`` (GPT-J, PaLM, Falcon-7B, MegaScale: ``shared_norm``; GPT-NeoX's parallel
     residual and Falcon-40B/180B normalize each branch on its own: ``two_norms``). Both row-parallel outputs add
@@ -91,6 +95,7 @@ class ModelSpec:
     norm: str = "rmsnorm"
     activation: str = "swiglu"
     position: str = "rope"
+    rope_mscale: float = 1.0
     tied_embeddings: bool = False
     bias: bool = False
     dropout: bool = False
@@ -193,6 +198,10 @@ def _validate(spec: ModelSpec) -> None:
     _require_choice(spec, "parallel_block", PARALLEL_BLOCKS)
     _validate_layer_pattern(spec)
     _validate_parallel_block(spec)
+    if isinstance(spec.rope_mscale, bool) or not isinstance(spec.rope_mscale, (int, float)) \
+            or not 0.5 <= spec.rope_mscale <= 10:
+        raise ConfigError(f"model field 'rope_mscale' must be a number in 0.5..10 (1: no YaRN scaling), "
+                          f"got {shorten(spec.rope_mscale)}")
     if spec.attention_type == "mla":
         missing = [n for n in ("kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim") if not getattr(spec, n)]
         if missing:

@@ -92,7 +92,9 @@ GPT_OSS_CONFIG = {
     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880,
     "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128,
     "attention_bias": True, "max_position_embeddings": 131072, "tie_word_embeddings": False,
-    "layer_types": ["sliding_attention", "full_attention"] * 18}
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "original_max_position_embeddings": 4096, "truncate": False}}
 GEMMA3_CONFIG = {
     "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
     "text_config": {"hidden_size": 5376, "num_hidden_layers": 62, "num_attention_heads": 32,
@@ -109,7 +111,7 @@ def test_hugging_face_configs_import_like_the_presets(tmp_path, config, preset):
     assert layer_kinds(imported) == layer_kinds(expected)
     same = ("layers", "hidden", "heads", "kv_heads", "dim_per_head", "ffn", "vocab", "experts", "top_k", "expert_ffn",
             "sliding_window", "ssm_state", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_chunk", "tied_embeddings",
-            "bias", "activation")
+            "bias", "activation", "rope_mscale")
     assert {f: getattr(imported, f) for f in same} == {f: getattr(expected, f) for f in same}
 
 
