@@ -213,7 +213,8 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
 
 
 def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chunks=1, attention_kernel: str = "best",
-                           wgrad_store_bytes: float | None = None, fp8_recipe: str = "delayed") -> np.ndarray:
+                           wgrad_store_bytes: float | None = None, fp8_recipe: str = "delayed",
+                           cuda_graphs: bool = False) -> np.ndarray:
     """:func:`grouped_kernel_seconds` with each GEMM run as ``chunks`` GEMMs of 1/chunks of its rows.
 
     Transformer Engine's userbuffer overlap runs the GEMM it pipelines so, one chunk per piece of
@@ -223,14 +224,14 @@ def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chun
     members share as they share its time. ``chunks`` broadcasts against the kernels' arrays.
     """
     if np.ndim(chunks) == 0 and chunks == 1:
-        return grouped_kernel_seconds(hw, dtype, kern, groups, attention_kernel, wgrad_store_bytes=wgrad_store_bytes,
-                                      fp8_recipe=fp8_recipe)
+        return grouped_kernel_seconds(hw, dtype, kern, groups, attention_kernel, cuda_graphs,
+                                      wgrad_store_bytes=wgrad_store_bytes, fp8_recipe=fp8_recipe)
     chunks = np.asarray(chunks, dtype=float)
     scaled = Kernels(code=kern.code, flops=np.asarray(kern.flops) / chunks, nbytes=np.asarray(kern.nbytes) / chunks,
                      m=np.asarray(kern.m) / chunks, n=kern.n, k=kern.k, batch=kern.batch, precision=kern.precision,
                      backward=kern.backward, count=kern.count, gpus=kern.gpus,
                      cast=None if kern.cast is None else np.asarray(kern.cast) / chunks)
-    times = chunks * grouped_kernel_seconds(hw, dtype, scaled, groups, attention_kernel,
+    times = chunks * grouped_kernel_seconds(hw, dtype, scaled, groups, attention_kernel, cuda_graphs,
                                             wgrad_store_bytes=wgrad_store_bytes, fp8_recipe=fp8_recipe)
     flops = np.broadcast_to(np.asarray(kern.flops, dtype=float), np.shape(times))
     groups = np.asarray(groups)

@@ -122,6 +122,7 @@ def _execution(model: ModelSpec, plan: Plan) -> dict[str, object]:
                               "comm_overlap.tp_comm_overlap": bool(plan.tp_overlap) and plan.tp > 1}
     if not dropout:
         out.update({"model.attention_dropout": 0.0, "model.hidden_dropout": 0.0})
+    out["model.cuda_graph_impl"] = "full_iteration" if plan.cuda_graphs else "none"  # recipes may set graphs on
     if plan.ep_overlap:  # combined 1F1B; the harness's moe_a2a_overlap also delays wgrad, which we do not model
         out.update({"comm_overlap.overlap_moe_expert_parallel_comm": True, "model.moe_shared_expert_overlap": False})
     return out

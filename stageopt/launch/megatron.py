@@ -75,6 +75,8 @@ def _degrees(model: ModelSpec, plan: Plan) -> list[Flag]:
             flags.append(("--hierarchical-context-parallel-sizes", f"{plan.cpa} {plan.cp // plan.cpa}"))
     if plan.sp:
         flags.append(("--sequence-parallel", None))
+    if plan.cuda_graphs:
+        flags.append(("--cuda-graph-impl", "full_iteration"))
     return flags
 
 

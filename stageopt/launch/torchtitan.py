@@ -85,6 +85,9 @@ def _check(plan: Plan) -> None:
     if plan.ep_overlap:
         raise refuse("torchtitan", "torchtitan has no combined-1F1B all-to-all overlap (Megatron-Core's)",
                      "export with ep_overlap=off, or to Megatron-LM or Megatron-Bridge")
+    if plan.cuda_graphs:
+        raise refuse("torchtitan", "torchtitan has no full-iteration CUDA graphs for training (Megatron-Core's)",
+                     "export with cuda_graphs=off, or to Megatron-LM or Megatron-Bridge")
 
 
 def _training(model: ModelSpec, plan: Plan) -> dict[str, Any]:

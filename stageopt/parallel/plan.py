@@ -103,6 +103,10 @@ class Plan:
     1F1B): one micro-batch's dispatch and combine all-to-alls run under the other's compute. It
     needs no full recompute, no ``moe_overlap``, and with pp > 1 the interleaved schedule; with ep = 1 it is off.
 
+    ``cuda_graphs`` replays the whole training step from CUDA graphs (Megatron-Core's
+    ``--cuda-graph-impl full_iteration``): each kernel pays ``graph_launch_us`` and no host dispatch time.
+    Graphs over some layers' parts only (``transformer_engine`` with a scope) are not modelled.
+
     ``fp8_recipe`` (Megatron-Core's ``--fp8-recipe``; None: the stack's) is how ``dtype=fp8`` scales
     its casts: ``delayed``, ``tensorwise`` (current scaling) or ``mxfp8`` (kernels.FP8_CASTS).
 
@@ -138,6 +142,7 @@ class Plan:
     cp_comm: str | None = None
     moe_overlap: bool | None = None
     ep_overlap: bool = False
+    cuda_graphs: bool = False
     dp_shard: int = 0
     etp: int = 0
     cp_a2a: int = 0
@@ -331,6 +336,7 @@ class Plan:
                  f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
                  f"cp_a2a={self.cp_a2a}" if self.cp_a2a else "",
                  "moe_overlap=on" if self.moe_overlap else "", "ep_overlap=on" if self.ep_overlap else "",
+                 "cuda_graphs=on" if self.cuda_graphs else "",
                  f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
                  f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
                  f"fp8_recipe={self.fp8_recipe}" if self.fp8_recipe != self.framework.fp8_recipe else "",

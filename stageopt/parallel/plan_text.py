@@ -13,7 +13,8 @@ from stageopt.inputs.gate import clip
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
                "etp", "cp_a2a", "offload_layers", "recompute_layers")
-_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap", "ep_overlap")
+_BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap", "ep_overlap",
+                "cuda_graphs")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)
             "decoder_first_pipeline_num_layers": "first_layers", "num_layers_in_first_pipeline_stage": "first_layers",

@@ -36,7 +36,7 @@ def kernel_durations(comp: list, plan, hw: Hardware, chunks: int = 1) -> np.ndar
         precision=np.array([n.precision for n in comp]), backward=np.array([n.phase == "bwd" for n in comp]),
         count=np.array([n.launches for n in comp]), gpus=plan.gpus),
         np.array([n.gemm_group for n in comp]), chunks, plan.framework.attention_kernel,
-        wgrad_store_bytes=plan.wgrad_store_bytes, fp8_recipe=plan.fp8_recipe)
+        wgrad_store_bytes=plan.wgrad_store_bytes, fp8_recipe=plan.fp8_recipe, cuda_graphs=plan.cuda_graphs)
 
 
 def userbuffer_partners(nodes, tp: int) -> dict[int, list[int]]:

@@ -41,7 +41,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
             cast=rows["cast"],
             precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
             count=table.launches[:, None], gpus=world), table.groups, chunks, proto.framework.attention_kernel,
-            wgrad_store_bytes=proto.wgrad_store_bytes, fp8_recipe=proto.fp8_recipe)
+            wgrad_store_bytes=proto.wgrad_store_bytes, fp8_recipe=proto.fp8_recipe, cuda_graphs=proto.cuda_graphs)
 
     times = priced()
     cost = {"fwd": times[table.phases == 0].sum(axis=0), "bwd": times[table.phases != 0].sum(axis=0),

@@ -53,6 +53,8 @@ MEGATRON = {
     # C: TransformerConfig.fp4 / fp4_recipe and the fp4_param_gather switch, the fields Megatron-Bridge's
     # docs/training/mixed-precision.md ("NVFP4 Configuration Parameters", @067f987d) sets for NVFP4
     "--fp4-format": {"e2m1"}, "--fp4-recipe": {"nvfp4"}, "--fp4-param-gather": None,
+    "--cuda-graph-impl": {"none", "local", "transformer_engine", "full_iteration"},  # C: cuda_graph_impl
+    "--overlap-moe-expert-parallel-comm": None,  # C: TransformerConfig.overlap_moe_expert_parallel_comm
 }
 # torchtitan JobConfig sections and keys with their documented values
 # (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py; schedules from torch.distributed.pipelining).
@@ -107,6 +109,11 @@ BRIDGE = {
     # OptimizerConfig fields (the DeepSeek-V3 and Qwen3 recipes set them: precision-aware optimizer)
     "optimizer.use_precision_aware_optimizer": bool, "optimizer.exp_avg_dtype": {"bf16", "fp32"},
     "optimizer.exp_avg_sq_dtype": {"bf16", "fp32"},
+    # TransformerConfig.cuda_graph_impl (the Qwen3 and DeepSeek-V3 GB200 performance recipes set full_iteration)
+    "model.cuda_graph_impl": {"none", "local", "transformer_engine", "full_iteration"},
+    # CommOverlapConfig.overlap_moe_expert_parallel_comm and TransformerConfig.moe_shared_expert_overlap, which the
+    # Qwen3 performance recipes set (scripts/performance/configs/qwen, perf_recipes/qwen/common.py)
+    "comm_overlap.overlap_moe_expert_parallel_comm": bool, "model.moe_shared_expert_overlap": bool,
 }
 
 
@@ -139,6 +146,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("llama3-8b", [], "tp=2 pp=1 cp=8 mbs=1 gbs=8 zero=1 cp_comm=a2a+p2p cp_a2a=4", 64),  # hierarchical CP
     ("mixtral-8x7b", [], "tp=1 pp=1 ep=32 mbs=1 gbs=64 zero=1 dispatcher=flex adam_moments=bf16", 64),  # DeepEP
     ("mixtral-8x7b", [], "tp=2 ep=8 mbs=1 gbs=64 zero=1 recompute=selective recompute_modules=moe_act+layernorm", 64),
+    ("mixtral-8x7b", [], "tp=1 ep=8 mbs=1 gbs=64 zero=1 dispatcher=flex ep_overlap=on cuda_graphs=on", 64),
 ]
 
 
@@ -252,6 +260,7 @@ def test_bridge_keys_are_documented_and_every_choice_is_written(model, sets, tex
     assert items["model.sequence_parallel"] is bool(plan.sp)
     assert items["ddp.use_distributed_optimizer"] is (plan.zero == 1)
     assert items["dist.use_megatron_fsdp"] is (plan.zero >= 2)
+    assert items["model.cuda_graph_impl"] == ("full_iteration" if plan.cuda_graphs else "none")
 
 
 def test_bridge_layout_matches_megatron():
@@ -267,6 +276,9 @@ def test_settings_a_framework_cannot_express_are_refused():
     spec, plan = _plan("llama3-8b", [], "tp=2 pp=2 mbs=1 gbs=8 schedule=gpipe", 8, "torchtitan")
     with pytest.raises(ConfigError, match="GPipe"):
         launch_settings("megatron", spec, plan)
+    spec, plan = _plan("llama3-8b", [], "tp=2 mbs=1 gbs=8 zero=3 cuda_graphs=on", 8, "torchtitan")
+    with pytest.raises(ConfigError, match="CUDA graphs"):
+        launch_settings("torchtitan", spec, plan)
 
 
 def _best_json(tmp_path, plan: str, gpus: int, space: str = "default"):

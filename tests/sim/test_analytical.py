@@ -23,6 +23,7 @@ PLANS = [
     "tp=8 pp=8 vpp=2 schedule=interleaved mbs=1 gbs=128 zero=1 sp=on",
     "tp=2 pp=4 cp=2 mbs=1 gbs=64 zero=3 sp=on schedule=gpipe framework=torchtitan",
     "tp=8 pp=1 mbs=1 gbs=64",
+    "tp=8 pp=1 mbs=1 gbs=64 cuda_graphs=on",  # batched with the plan above: graphs must split the batch
 ]
 
 
