@@ -130,6 +130,15 @@ def _coerce(tp: Any, value: object, where: str) -> object:
     raise TypeError(f"unsupported annotation {tp!r} at {where}")  # a bug in a config class
 
 
+def _valid_keys(names: list[str], room: int = 220) -> str:
+    """The valid keys, as many as a one-line error has room for."""
+    text = ", ".join(names)
+    if len(text) <= room:
+        return f"valid keys: {text}"
+    shown = text[:room].rsplit(", ", 1)[0]
+    return f"valid keys: {shown}, ... ({len(names)} in all; the shipped files under simulators/ show them)"
+
+
 def from_mapping(cls: type[T], data: Mapping[str, object], where: str) -> T:
     """Build dataclass ``cls`` from ``data``, rejecting unknown, missing or mistyped keys.
 
@@ -141,7 +150,7 @@ def from_mapping(cls: type[T], data: Mapping[str, object], where: str) -> T:
     for key in data:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
-            fix = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(fields)}"
+            fix = f"did you mean '{close[0]}'?" if close else _valid_keys(list(fields))
             raise ConfigError(f"{where}: unknown key {shorten(key)}; {fix}")
     missing = [name for name in required_keys(cls) if name not in data]
     if missing:
