@@ -104,7 +104,10 @@ def main() -> None:
     path = parser.parse_args().runs
     if not path.is_file():
         parser.error(f"runs file {path} not found; give the path of a published-runs CSV")
-    runs = load_runs(path)
+    try:
+        runs = load_runs(path)
+    except (ValueError, KeyError) as err:
+        parser.error(f"{path}: {err}")
     comps, refused = predict_all(runs)
     print(f"{'source':<40} {'rows':>4} {'MAPE':>7} {'signed':>7}")
     for source, group in sorted(by_key(comps, lambda c: c.run.source).items()):

@@ -43,7 +43,10 @@ class PublishedRun:
         return self.status == "ok"
 
 
-def _row(row: dict[str, str]) -> PublishedRun:
+def _row(row: dict[str, str | list[str]]) -> PublishedRun:
+    if None in row:  # csv.DictReader files surplus fields under None: a comma in an unquoted field split it
+        raise ValueError(f"{row['id']}: {len(row[None])} more fields than the header; quote every field that "
+                         "contains a comma")
     if row["metric"] not in METRICS and row["status"] == "ok":
         raise ValueError(f"{row['id']}: metric {row['metric']!r} is not one of {', '.join(METRICS)}")
     return PublishedRun(

@@ -103,3 +103,16 @@ def test_a_setup_measured_twice_bounds_what_one_prediction_can_reach():
     assert {c.run.id for c in rows} == {"a", "b"}
     assert spread == pytest.approx(1.0)
     assert floor == pytest.approx(0.25)
+
+
+def test_a_row_split_by_an_unquoted_comma_is_refused_not_truncated(tmp_path):
+    """csv keeps a row's surplus fields apart from the header's: loading them silently would drop the text."""
+    header = RUNS.read_text(encoding="utf-8").splitlines()[0]
+    fields = header.split(",")
+    row = ["r1", "src", "", "llama3-8b", "", "8", "tp=1", "megatron-core", "h100-sxm", "", "mfu", "0.4", "megatron",
+           "ok", "sure", "cite", "one, two"]
+    assert len(row) == len(fields)  # the last field, written unquoted, becomes two
+    bad = tmp_path / "runs.csv"
+    bad.write_text(header + "\n" + ",".join(row) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="r1: 1 more fields than the header"):
+        load_runs(bad)
