@@ -1,5 +1,6 @@
 """The validation path: published rows become user inputs, FLOP conventions are the sources', errors are honest."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,21 @@ def test_every_row_has_a_citation_and_a_status(runs):
     assert len(runs) >= 200
     assert all(r.citation and r.status for r in runs)
     assert len({r.source for r in runs if r.expressible}) >= 15
+
+
+def test_a_stated_accumulation_count_matches_the_plan_or_the_row_says_why(runs):
+    """GA = gbs / (mbs x dp): a table whose GA disagrees with its own batch and parallelism columns has a
+    copied cell, and the row must say which column it trusted (the Megatron-Bridge 25.11 H100 gpt-oss row)."""
+    checked = 0
+    for r in runs:
+        stated = re.search(r"GA=(\d+) stated", r.certainty)
+        if not stated:
+            continue
+        fields = dict(t.split("=", 1) for t in r.plan.split() if "=" in t)
+        accumulation = int(fields["gbs"]) // (int(fields["mbs"]) * int(fields["dp"]))
+        checked += 1
+        assert accumulation == int(stated.group(1)) or "MBS/GA columns" in r.assumptions, r.id
+    assert checked >= 20
 
 
 def test_megatron_sources_stay_within_ten_percent(runs):
