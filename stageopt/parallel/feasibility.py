@@ -55,9 +55,8 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
         raise InfeasiblePlan(
             f"plan: gbs={plan.gbs} is not divisible by mbs*dp = {plan.mbs}*{plan.dp} = {plan.mbs * plan.dp}; "
             f"use gbs a multiple of {plan.mbs * plan.dp}")
-    if plan.schedule == "interleaved" and plan.pp > 1 and plan.microbatches % plan.pp:
-        raise InfeasiblePlan(f"plan: interleaved schedule needs micro-batches ({plan.microbatches}) "
-                             f"divisible by pp={plan.pp}; raise gbs or change mbs")
+    if plan.schedule == "interleaved" and plan.pp > 1:
+        _check_microbatch_groups(plan)
     if plan.schedule == "interleaved" and plan.pp == 1:
         raise InfeasiblePlan("plan: schedule=interleaved needs pp > 1; use schedule=1f1b")
     _check_schedule(plan)  # zero>0 with dp*cp = 1 is accepted, as Megatron-Core accepts it: one shard, no sharding
@@ -118,3 +117,20 @@ def _divides(degree: int, name: str, value: int, field: str) -> None:
         options = [d for d in (1, 2, 4, 8, 16, 32, 64) if value % d == 0 and d <= value]
         raise InfeasiblePlan(f"plan: {name}={degree} does not divide {field}={value}; "
                              f"use {name} in {{{', '.join(map(str, options))}}}")
+
+
+def _check_microbatch_groups(plan: Plan) -> None:
+    """Megatron-Core's rules for the interleaved schedule's micro-batch groups (pipeline_parallel/schedules.py):
+    a group holds pp..m micro-batches, and a last, shorter group at least pp (fewer would wait on the pipeline)."""
+    m, group, pp = plan.microbatches, plan.microbatch_group, plan.pp
+    if plan.vpp_group and not pp <= group <= m:
+        raise InfeasiblePlan(f"plan: the interleaved schedule runs vpp_group={group} micro-batches through a chunk "
+                             f"in a row, which must lie in [pp={pp}, micro-batches={m}]; raise gbs or set vpp_group "
+                             "in that range")
+    if 0 < m % group < pp and group == pp:
+        raise InfeasiblePlan(f"plan: interleaved schedule needs micro-batches ({m}) divisible by pp={pp}; raise gbs "
+                             "or change mbs (or set vpp_group above pp, leaving a last group of at least pp)")
+    if 0 < m % group < pp:
+        raise InfeasiblePlan(f"plan: {m} micro-batches in groups of vpp_group={group} leave {m % group}, fewer than "
+                             f"pp={pp} (a dependency bubble Megatron-Core rejects); choose a vpp_group that divides "
+                             f"{m} or leaves at least {pp}")

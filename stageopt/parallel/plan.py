@@ -43,7 +43,8 @@ class Plan:
     replicas; ``ep`` experts are split across the ranks right after expert TP in a stage's
     tp x cp x dp ranks (Megatron-Core's expert layout: CP ranks, then DP; see
     :mod:`stageopt.parallel.ranks`). ``vpp`` is the number of virtual pipeline
-    chunks per stage (interleaved 1F1B; V-shaped schedules have 2).
+    chunks per stage (interleaved 1F1B; V-shaped schedules have 2); the interleaved schedule runs ``vpp_group``
+    micro-batches through a chunk before the next (``--microbatch-group-size-per-virtual-pipeline-stage``; 0 = pp).
 
     Uneven pipelines as Megatron-Core builds them: ``first_layers`` /
     ``last_layers`` (``--decoder-first/last-pipeline-num-layers``; 0 = unset),
@@ -123,6 +124,7 @@ class Plan:
     pp: int = 1
     ep: int = 1
     vpp: int = 1
+    vpp_group: int = 0
     sp: bool | None = None
     mbs: int = 1
     gbs: int = 1
@@ -229,6 +231,11 @@ class Plan:
         return self.dp * self.tp * self.cp * self.pp
 
     @property
+    def microbatch_group(self) -> int:
+        """Micro-batches the interleaved schedule runs through a chunk in a row (Megatron-Core's default: pp)."""
+        return self.vpp_group or self.pp
+
+    @property
     def microbatches(self) -> int:
         """Micro-batches each pipeline runs per iteration."""
         return self.gbs // (self.mbs * self.dp)
@@ -333,6 +340,7 @@ class Plan:
                  f"last_layers={self.last_layers}" if self.last_layers else "",
                  "embed_split=on" if self.embed_split else "", "loss_split=on" if self.loss_split else "",
                  f"layout={self.layout}" if self.layout else "",
+                 f"vpp_group={self.vpp_group}" if self.vpp_group else "",
                  f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
                  f"cp_a2a={self.cp_a2a}" if self.cp_a2a else "",
                  "moe_overlap=on" if self.moe_overlap else "", "ep_overlap=on" if self.ep_overlap else "",

@@ -86,6 +86,12 @@ def check_pipeline_fields(plan) -> None:
     elif plan.vpp > 1 and plan.schedule != "interleaved":
         raise InfeasiblePlan(f"plan: vpp={plan.vpp} needs schedule=interleaved "
                              f"(got schedule={plan.schedule}); set schedule=interleaved or vpp=1")
+    group = plan.vpp_group
+    if not isinstance(group, int) or isinstance(group, bool) or not 0 <= group <= 10**6:
+        raise InfeasiblePlan(f"plan field 'vpp_group' must be an integer in 0..1000000 (0 = pp), got {shorten(group)}")
+    if group and plan.schedule != "interleaved":
+        raise InfeasiblePlan(f"plan: vpp_group={group} groups micro-batches of the interleaved schedule; "
+                             f"set schedule=interleaved with vpp > 1, or drop vpp_group")
     uneven = plan.first_layers or plan.last_layers
     if uneven and (plan.embed_split or plan.loss_split):
         raise InfeasiblePlan("plan: first_layers/last_layers cannot be mixed with embed_split/loss_split "

@@ -12,7 +12,7 @@ from stageopt.errors import InfeasiblePlan
 from stageopt.inputs.gate import clip
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
-               "etp", "cp_a2a", "offload_layers", "recompute_layers")
+               "etp", "cp_a2a", "offload_layers", "recompute_layers", "vpp_group")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap", "ep_overlap",
                 "cuda_graphs")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
@@ -25,6 +25,8 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "moe_shared_expert_overlap": "moe_overlap",
             "overlap_moe_expert_parallel_comm": "ep_overlap", "moe_a2a_overlap": "ep_overlap",  # Bridge's name
             "virtual_pipeline_model_parallel_size": "vpp", "num_virtual_stages_per_pipeline_rank": "vpp",
+            "microbatch_group_size_per_vp_stage": "vpp_group",  # Megatron-Core's config name (Bridge's too)
+            "microbatch_group_size_per_virtual_pipeline_stage": "vpp_group",  # its command-line name
             "data_parallel_shard_degree": "dp_shard",  # torchtitan's name
             "expert_tensor_parallel_size": "etp", "cpu_offloading_num_layers": "offload_layers",
             "recompute_num_layers": "recompute_layers"}

@@ -40,19 +40,22 @@ __all__ = ["Step", "stage_order", "schedule_orders", "peak_in_flight", "max_in_f
 
 def stage_order(plan: Plan, stage: int) -> list[Step]:
     """The ordered steps pipeline stage ``stage`` runs in one iteration."""
-    return list(schedule_orders(plan.schedule, plan.pp, plan.vpp, plan.microbatches, plan.ep_overlap)[stage])
+    return list(schedule_orders(plan.schedule, plan.pp, plan.vpp, plan.microbatches, plan.ep_overlap,
+                                plan.microbatch_group)[stage])
 
 
 @lru_cache(maxsize=256)
-def schedule_orders(schedule: str, p: int, v: int, m: int, combined: bool = False) -> tuple[tuple[Step, ...], ...]:
+def schedule_orders(schedule: str, p: int, v: int, m: int, combined: bool = False,
+                    group: int = 0) -> tuple[tuple[Step, ...], ...]:
     """Every stage's order for a schedule shape (cached: the analytical model asks for the same shapes often).
 
     ``combined`` (the plan's ``ep_overlap``): 1F1B's steady-state forward runs paired with the backward
     after it (Megatron-Core's combined 1F1B). Each stage runs one more warmup forward than 1F1B, so
     that every merged forward has a backward of another micro-batch to pair with (without a pipeline:
-    F0, then F1 with B0, F2 with B1, ...).
+    F0, then F1 with B0, F2 with B1, ...). ``group``: micro-batches the interleaved schedule runs
+    through one chunk in a row (the plan's ``vpp_group``; 0: ``p``).
     """
-    orders = tuple(tuple(_order(schedule, p, v, m, stage, combined)) for stage in range(p))
+    orders = tuple(tuple(_order(schedule, p, v, m, stage, combined, group or p)) for stage in range(p))
     return tuple(tuple(_paired(order)) for order in orders) if combined else orders
 
 
@@ -66,7 +69,7 @@ def _paired(order: tuple[Step, ...]) -> list[Step]:
     return out
 
 
-def _order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False) -> list[Step]:
+def _order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = False, group: int = 0) -> list[Step]:
     if schedule == "gpipe":
         return [Step(i, 0, "F") for i in range(m)] + [Step(i, 0, "B") for i in range(m)]
     if schedule == "zbh1":
@@ -84,19 +87,31 @@ def _order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = F
             steps += [Step(warmup + i, 0, "F"), Step(i, 0, "B")]
         steps += [Step(i, 0, "B") for i in range(m - warmup, m)]
         return steps
-    return _interleaved(p, m, v, stage, combined)
+    return _interleaved(p, m, v, stage, combined, group or p)
 
 
-def _interleaved(p: int, m: int, v: int, stage: int, combined: bool = False) -> list[Step]:
-    total = m * v
+def interleaved_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of each forward, in order: ``group`` micro-batches through chunk 0, the same through
+    chunk 1, ..., then the next group; a last group of fewer micro-batches runs them all (Megatron-Core's
+    schedule table; backward k runs the same micro-batch through the mirrored chunk)."""
+    table = []
+    for first in range(0, m, group):
+        members = range(first, m if first + group >= m else first + group)
+        table += [(mb, chunk) for chunk in range(v) for mb in members]
+    return table
+
+
+def _interleaved(p: int, m: int, v: int, stage: int, combined: bool = False, group: int = 0) -> list[Step]:
+    total, group = m * v, group or p
+    table = interleaved_table(m, v, group)
 
     def forward(k: int) -> Step:
-        return Step((k // (p * v)) * p + k % p, (k // p) % v, "F")
+        return Step(table[k][0], table[k][1], "F")
 
     def backward(k: int) -> Step:
-        return Step((k // (p * v)) * p + k % p, v - 1 - (k // p) % v, "B")
+        return Step(table[k][0], v - 1 - table[k][1], "B")
 
-    warmup = min((p - stage - 1) * 2 + (v - 1) * p + int(combined), total)
+    warmup = min((p - stage - 1) * 2 + (v - 1) * group + int(combined), total)
     steps = [forward(k) for k in range(warmup)]
     for k in range(total - warmup):
         steps += [forward(warmup + k), backward(k)]

@@ -3,7 +3,7 @@
 Why canonical: samplers and the census meet choices that mean the same plan;
 mapping them to one plan makes repeats cache hits that cost nothing (and keeps
 the census from scoring one plan twice); the canonical string is the cache key.
-Rules 3, 4, 6, 7, 9, 12 and 14 merge plans whose every simulated number is provably the
+Rules 3, 4, 6, 7, 9, 12, 14 and 15 merge plans whose every simulated number is provably the
 same (``tests/search/test_canonical.py`` checks each against the analytical
 model and the event replay); rules 1, 2, 5 and 8 give a choice that has no meaning
 its only meaning:
@@ -39,6 +39,8 @@ its only meaning:
 13. Combined-1F1B overlap hides expert all-to-alls; with ep=1 there are none: ep_overlap=off
     (the plan also resets it).
 14. The FP8 scaling recipe means nothing unless dtype=fp8: the stack's (the plan also resets it).
+15. Micro-batch groups order only the interleaved schedule, and a group of pp is its default: vpp_group=0
+    then (the schedule is the same step for step).
 
 Choices that cannot run (divisibility, degrees that do not multiply to the GPU
 count) raise :class:`~stageopt.errors.InfeasiblePlan` naming the rule.
@@ -140,6 +142,8 @@ def canonical(values: Mapping[str, Value], gpus: int, model: ModelSpec,
         v["vpp"] = 1
         if pp == 1 or v["schedule"] == "interleaved":
             v["schedule"] = "1f1b"
+    if v["schedule"] != "interleaved" or int(v["vpp_group"]) == pp:  # type: ignore[arg-type]
+        v["vpp_group"] = 0
     if pp == 1:
         v.update(first_layers=0, last_layers=0, embed_split=False, loss_split=False)
     if v["schedule"] == "gpipe" and int(values["gbs"]) == int(v["mbs"]) * dp:  # type: ignore[arg-type]

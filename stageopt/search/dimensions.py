@@ -52,8 +52,10 @@ LAYER_COUNTS["etp"] = (MAX_COUNT, "a share of the tensor-parallel ranks")  # 0 m
 LAYER_COUNTS["cp_a2a"] = (MAX_COUNT, "a share of the context-parallel ranks")  # 0: not hierarchical
 LAYER_COUNTS["offload_layers"] = LAYER_COUNTS["first_layers"]  # 0: no activation offloading
 LAYER_COUNTS["recompute_layers"] = LAYER_COUNTS["first_layers"]  # 0: full recompute re-runs every layer
+LAYER_COUNTS["vpp_group"] = (MAX_COUNT, "a share of the micro-batches")  # 0: pp (Megatron-Core's default)
 ZERO_MEANS = {"first_layers": "unset", "last_layers": "unset", "dp_shard": "all of dp", "etp": "tp",
-              "cp_a2a": "no hierarchical CP", "offload_layers": "no offloading", "recompute_layers": "every layer"}
+              "cp_a2a": "no hierarchical CP", "offload_layers": "no offloading", "recompute_layers": "every layer",
+              "vpp_group": "pp"}
 
 
 def plan_fields() -> dict[str, Any]:

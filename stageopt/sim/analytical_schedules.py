@@ -106,7 +106,7 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
     """
     plan, n = plans[0], len(plans)
     pp, vpp, m = plan.pp, plan.vpp, plan.microbatches
-    orders = schedule_orders(plan.schedule, pp, vpp, m, plan.ep_overlap)
+    orders = schedule_orders(plan.schedule, pp, vpp, m, plan.ep_overlap, plan.microbatch_group)
     dag = compile_dag(plan.schedule, pp, vpp, orders)
     table = chunk_tables(model, plans)
     n_chunks = table["embedding"].shape[2]
@@ -182,7 +182,7 @@ def split_schedule_groups(plans: list[Plan]) -> dict[tuple, list[int]]:
     for i, plan in enumerate(plans):
         if plan.schedule in SPLIT_SCHEDULES or plan.ep_overlap:
             key = (plan.schedule, plan.pp, plan.vpp, plan.microbatches, plan.first_layers, plan.last_layers,
-                   plan.embed_split, plan.loss_split, plan.layout, plan.ep_overlap)
+                   plan.embed_split, plan.loss_split, plan.layout, plan.ep_overlap, plan.microbatch_group)
             groups.setdefault(key, []).append(i)
     return groups
 

@@ -39,7 +39,7 @@ def in_flight(c: dict, m: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
     """(chunk-micro-batches held at stage ``s``'s peak, of which the stage holds v chunks), per schedule."""
     pp, vpp, sched = c["pp"], c["vpp"], c["schedule"]
     one_f_one_b = np.minimum(pp - s, m)
-    interleaved = np.minimum(m * vpp, (pp - s - 1) * 2 + (vpp - 1) * pp + 1)
+    interleaved = np.minimum(m * vpp, (pp - s - 1) * 2 + (vpp - 1) * c["vpp_group"] + 1)
     held = np.where(sched == 0, m, np.where(sched == 2, interleaved / vpp, one_f_one_b))
     head_held = np.where(sched == 0, m, 1)
     return held, head_held

@@ -26,7 +26,10 @@ PAIRS = [
     ("recompute_layers >= layers: every layer", f"tp=2 pp=2 recompute=full recompute_layers=32 {BASE}",
      f"tp=2 pp=2 recompute=full {BASE}"),
     ("bf16: no FP8 recipe", f"tp=2 pp=2 dtype=bf16 fp8_recipe=tensorwise {BASE}", f"tp=2 pp=2 dtype=bf16 {BASE}"),
+    ("micro-batch groups of pp are the default", f"tp=2 pp=2 vpp=2 schedule=interleaved vpp_group=2 {BASE}",
+     f"tp=2 pp=2 vpp=2 schedule=interleaved {BASE}"),
 ]
+# Rule 15's other half (vpp_group without interleaving) is refused by Plan itself, as rule 1's vpp is.
 # Rule 8 (cp_comm with cp=1) is enforced by Plan itself, which resets it (tests/core/test_cp_variants.py).
 
 
