@@ -122,6 +122,17 @@ def test_megascale_is_its_megatron_lm_base_with_the_papers_changes():
     assert ours.pipeline_scatter_gather and ours.tp_async_backward  # the base's, kept
 
 
+def test_megatron_lm_2024_is_megatron_core_with_the_scripts_gradient_and_loss_defaults():
+    """Megatron-LM's pretrain_gpt.py at core_r0.8.0 forces fp32 gradient reduction for bf16 and leaves
+    --cross-entropy-loss-fusion off; all else is the Megatron-Core the default profile runs."""
+    import dataclasses
+    base, ours = load_profile("megatron-core"), load_profile("megatron-lm-2024")
+    differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
+    assert differ == {"name", "description", "source", "grad_reduce_dtype", "cross_entropy", "fusions"}
+    assert set(base.fusions) - set(ours.fusions) == {"cross_entropy"}
+    assert ours.default_grad_dtype("bf16") == "fp32" and base.default_grad_dtype("bf16") == "bf16"
+
+
 def test_zero_bubble_is_its_megatron_lm_base_with_the_forks_launch_flags():
     """The zero-bubble fork as the paper ran it: --sequence-parallel, --use-distributed-optimizer and
     --enable-optimizer-post-validation on the legacy Megatron-LM model with eager attention (the paper's measured
