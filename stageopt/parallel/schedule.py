@@ -87,7 +87,7 @@ def _order(schedule: str, p: int, v: int, m: int, stage: int, combined: bool = F
             steps += [Step(warmup + i, 0, "F"), Step(i, 0, "B")]
         steps += [Step(i, 0, "B") for i in range(m - warmup, m)]
         return steps
-    return _interleaved(p, m, v, stage, combined, group or p)
+    return _interleaved(p, m, v, stage, combined, group)
 
 
 def interleaved_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
