@@ -23,7 +23,7 @@ import numpy as np
 
 from stageopt.errors import StageoptError
 from stageopt.validation import family_ranking, load_runs, mape
-from stageopt.validation.calibrate import FAMILIES, fit, held_out_errors, leave_one_source_out
+from stageopt.validation.calibrate import FAMILIES, fit, held_out_errors, information_shares, leave_one_source_out
 from stageopt.validation.compare import by_key, prepare
 
 HERE = Path(__file__).resolve().parent
@@ -60,10 +60,21 @@ def calibrate_family(family: str, runs, exact: bool) -> dict:
     families = family_ranking(whole.comparisons)
     for name, (n, rho, regret) in sorted(families.items()):
         print(f"  family {name:<30} runs {n:>3}  rho {rho:5.2f}  top-1 regret {100 * regret:5.1f}%")
+    information = _leading_sources(information_shares(whole, prepared))
+    for key, leading in information.items():
+        shares = ", ".join(f"{source} {100 * share:.0f}%" for source, share in leading.items())
+        print(f"  what the rows say about {key.removeprefix('gpu.efficiency.')}: {shares}")
     return {"hw_set": list(whole.hw_set), "rows": len(prepared), "in_sample_mape": mape(whole.comparisons),
             "held_out_mape": float(100 * np.mean(np.abs(all_held))), "held_out": "exact" if exact else "linearized",
             "sources": sources, "families": {k: {"runs": n, "rho": r, "top1_regret": g}
-                                             for k, (n, r, g) in families.items()}}
+                                             for k, (n, r, g) in families.items()},
+            "information": information}
+
+
+def _leading_sources(shares: dict[str, dict[str, float]], count: int = 3) -> dict[str, dict[str, float]]:
+    """Per parameter, the ``count`` sources carrying the most of what the rows say about it, and their shares."""
+    return {key: dict(sorted(by_source.items(), key=lambda item: -item[1])[:count])
+            for key, by_source in shares.items()}
 
 
 def main() -> None:

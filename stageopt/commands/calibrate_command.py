@@ -97,7 +97,8 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
     import numpy as np
 
     from stageopt.sim.run import hardware_for
-    from stageopt.validation.calibrate import fit_identified, held_out_errors, leave_one_source_out
+    from stageopt.validation.calibrate import (fit_identified, held_out_errors, information_shares,
+                                               leave_one_source_out)
     from stageopt.validation.calibrated_file import write_calibrated_hardware
     from stageopt.validation.compare import family_ranking, mape, predict
 
@@ -133,6 +134,7 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
                        for b, a, h in zip(before, whole.comparisons, held_by_row)],
               "mape_preset": mape(before), "mape_calibrated": mape(whole.comparisons),
               "mape_held_out": _mape(held_by_row), "at_bound": _at_bound(whole),
+              "rests_on_one_group": _rests_on_one_group(information_shares(whole, runs)),
               "ranking": {k: {"runs": n, "rho": r, "top1_regret": g}
                           for k, (n, r, g) in family_ranking(whole.comparisons).items()}}
     return report, runs, keys, loose
@@ -146,6 +148,21 @@ def _accuracy(measured, runs: int, in_sample: float, held_out: float | None, ran
     regret = max((100 * g for _, _, g in ranking.values()), default=0.0)
     return {"family": Path(measured).stem, "runs": runs, "in_sample_mape": round(in_sample, 1),
             "held_out_mape": round(held_out, 1), "ranked_sweeps": len(ranking), "top1_regret": round(regret, 1)}
+
+
+ONE_GROUP = 0.8  # a group carrying four fifths of what the runs say about a parameter sets it alone
+
+
+def _rests_on_one_group(shares: dict[str, dict[str, float]]) -> dict[str, dict]:
+    """Fitted parameters that one group of runs sets (more than :data:`ONE_GROUP` of their information,
+    :func:`stageopt.validation.calibrate.information_shares`), with that group and its share; with one
+    group there is nothing to compare."""
+    out = {}
+    for key, by_group in shares.items():
+        group, share = max(by_group.items(), key=lambda item: item[1])
+        if len(by_group) > 1 and share > ONE_GROUP:
+            out[key] = {"group": group, "share": share}
+    return out
 
 
 def _at_bound(whole) -> dict[str, str]:
@@ -206,6 +223,11 @@ def render(report: dict, first: PreparedRun, keys: list[str], loose: tuple[str, 
     if report["at_bound"]:
         ends = ", ".join(f"{k.removeprefix('gpu.efficiency.')} ({side})" for k, side in report["at_bound"].items())
         lines.append(f"  at an end of its physical range (the runs want it past: a term the model lacks): {ends}")
+    if report["rests_on_one_group"]:
+        alone = ", ".join(f"{k.removeprefix('gpu.efficiency.')} ({v['group']}, {100 * v['share']:.0f}%)"
+                          for k, v in report["rests_on_one_group"].items())
+        lines.append(f"  set by one group (its share of what the runs say; held out, the others barely "
+                     f"constrain it): {alone}")
     lines.append(f"wrote {report['written']}: use it with --hardware {report['written']}")
     return "\n".join(lines)
 

@@ -235,6 +235,21 @@ def held_out_errors(whole: Fit, runs: Sequence[PreparedRun]) -> dict[str, np.nda
     return out
 
 
+def information_shares(whole: Fit, runs: Sequence[PreparedRun]) -> dict[str, dict[str, float]]:
+    """Per fitted parameter, each source's share of what the rows say about it (the shares sum to 1).
+
+    What a row says about a parameter is its weighted sensitivity squared, the parameter's diagonal of
+    the fit's Gauss-Newton information (J^T W^2 J with the fit's source weights). A share near 1 means
+    one source alone sets the value: held out, the parameter is left to the other rows' faint
+    preferences, and that source's held-out error says more about the fit's freedom than the model.
+    """
+    weighted = (whole.jacobian * source_weights(runs)[:, None]) ** 2
+    sources = np.array([p.run.source for p in runs])
+    total = weighted.sum(axis=0)
+    return {key: {s: float(weighted[sources == s, j].sum() / total[j]) for s in sorted(set(sources))}
+            for j, key in enumerate(whole.keys) if total[j] > 0}
+
+
 def leave_one_source_out(runs: Sequence[PreparedRun], max_evals: int = 20, start: Sequence[str] = (),
                          keys: Sequence[str] | None = None, robust: bool = False) -> dict[str, tuple[Comparison, ...]]:
     """For each source: the comparisons on its rows from a fit (of ``keys``) to every other source's rows."""

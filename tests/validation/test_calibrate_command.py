@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,10 @@ from hypothesis import strategies as st
 from stageopt.cli import main
 from stageopt.hardware import load_hardware
 from stageopt.sim.run import simulate_plan
+from stageopt.validation.calibrate import backward_share
 from stageopt.validation.measured import load_measured
+
+GPU = load_hardware("h100-sxm").gpu
 
 PLANTED = 0.55
 MODEL_SET = ["layers=4"]
@@ -175,3 +179,38 @@ def test_by_default_each_gemm_share_is_fitted_only_where_runs_use_its_precision(
     assert fit_keys(",".join(DEFAULT_FIT), runs) == ["gpu.efficiency.matmul.fp8_peak_fraction",
                                                      "gpu.efficiency.attention_forward.peak_fraction"]
     assert "gpu.efficiency.matmul.peak_fraction" in fit_keys("gemm,fp8-gemm", runs)  # asked for: fitted
+
+
+def test_a_parameter_only_one_group_is_sensitive_to_is_named_with_that_group(tmp_path, capsys):
+    """At 32K tokens attention is most of a layer's time, at 256 almost none of it: what the runs say about
+    the attention share comes from the long-sequence group, whose information share is then near 1, by the
+    ratio of the groups' weighted sensitivities squared (derived here from two simulations per group)."""
+    planted = ["gpu.efficiency.matmul.peak_fraction=0.6", "gpu.efficiency.attention_forward.peak_fraction=0.6"]
+    groups = {"long": ("seq=32768", ["tp=1 pp=1 dp=8 mbs=1 gbs=8 dtype=bf16", "tp=2 pp=1 dp=4 mbs=1 gbs=8 dtype=bf16"]),
+              "short": ("seq=256", ["tp=1 pp=1 dp=8 mbs=4 gbs=64 dtype=bf16", "tp=2 pp=1 dp=4 mbs=8 gbs=64 dtype=bf16"])}
+    path = tmp_path / "measured.csv"
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["model", "set", "plan", "metric", "value", "group"])
+        for group, (seq, plans) in groups.items():
+            for plan in plans:
+                _, est = simulate_plan("llama3-8b", plan, None, model_set=["layers=2", seq], hw_set=planted)
+                out.writerow(["llama3-8b", f"layers=2 {seq}", plan, "iteration_time_s", f"{est.iteration_time_s:.9g}",
+                              group])
+    assert main(["calibrate", str(path), "--fit", "gemm,attention", "--out", str(tmp_path / "h.yaml"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    alone = report["rests_on_one_group"]
+    assert alone["gpu.efficiency.attention_forward.peak_fraction"]["group"] == "long"
+
+    def sensitivity(seq: str, plan: str) -> float:  # d log time / d attention share, by a finite difference
+        def time(share: float) -> float:
+            sets = [planted[0], f"gpu.efficiency.attention_forward.peak_fraction={share}",
+                    f"gpu.efficiency.attention_backward.peak_fraction={backward_share(share, GPU):.6g}"]
+            return simulate_plan("llama3-8b", plan, None, model_set=["layers=2", seq], hw_set=sets)[1].iteration_time_s
+        return (np.log(time(0.61)) - np.log(time(0.6))) / 0.01
+
+    info = {g: sum(sensitivity(seq, p) ** 2 for p in plans) / len(plans) for g, (seq, plans) in groups.items()}
+    expected = info["long"] / (info["long"] + info["short"])  # equal weights: two rows a group
+    assert expected > 0.95
+    assert alone["gpu.efficiency.attention_forward.peak_fraction"]["share"] == pytest.approx(expected, abs=0.02)
+    assert "gpu.efficiency.matmul.peak_fraction" not in alone  # both groups' times rest on their GEMMs
