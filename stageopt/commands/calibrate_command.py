@@ -154,13 +154,13 @@ ONE_GROUP = 0.8  # a group carrying four fifths of what the runs say about a par
 
 
 def _rests_on_one_group(shares: dict[str, dict[str, float]]) -> dict[str, dict]:
-    """Fitted parameters that one group of runs sets (more than :data:`ONE_GROUP` of their information,
+    """Fitted parameters that one group of runs sets (:data:`ONE_GROUP` or more of their information,
     :func:`stageopt.validation.calibrate.information_shares`), with that group and its share; with one
     group there is nothing to compare."""
     out = {}
     for key, by_group in shares.items():
         group, share = max(by_group.items(), key=lambda item: item[1])
-        if len(by_group) > 1 and share > ONE_GROUP:
+        if len(by_group) > 1 and share >= ONE_GROUP:
             out[key] = {"group": group, "share": share}
     return out
 
