@@ -128,13 +128,15 @@ def calibrate(args: argparse.Namespace) -> tuple[dict, list[PreparedRun], list[s
                                             family_ranking(whole.comparisons)))
     except OSError as err:
         raise ConfigError(f"--out {out}: cannot write it ({err.strerror}); choose a writable path") from None
+    shares = information_shares(whole, runs)  # each group's share of what the runs say about each parameter
     report = {"hardware": base, "written": str(out), "fitted": fitted, "not_pinned_down": list(loose),
               "runs": [{"id": b.run.id, "measured": b.measured, "preset": b.predicted, "calibrated": a.predicted,
                         "preset_error": b.error, "calibrated_error": a.error, "held_out_error": h}
                        for b, a, h in zip(before, whole.comparisons, held_by_row)],
               "mape_preset": mape(before), "mape_calibrated": mape(whole.comparisons),
               "mape_held_out": _mape(held_by_row), "at_bound": _at_bound(whole),
-              "rests_on_one_group": _rests_on_one_group(information_shares(whole, runs)),
+              "information": shares,
+              "rests_on_one_group": _rests_on_one_group(shares),
               "ranking": {k: {"runs": n, "rho": r, "top1_regret": g}
                           for k, (n, r, g) in family_ranking(whole.comparisons).items()}}
     return report, runs, keys, loose

@@ -214,3 +214,7 @@ def test_a_parameter_only_one_group_is_sensitive_to_is_named_with_that_group(tmp
     assert expected > 0.95
     assert alone["gpu.efficiency.attention_forward.peak_fraction"]["share"] == pytest.approx(expected, abs=0.02)
     assert "gpu.efficiency.matmul.peak_fraction" not in alone  # both groups' times rest on their GEMMs
+    for by_group in report["information"].values():  # every group's share of each fitted parameter, summing to 1
+        assert set(by_group) == set(groups) and sum(by_group.values()) == pytest.approx(1.0)
+    assert report["information"]["gpu.efficiency.attention_forward.peak_fraction"]["long"] == pytest.approx(
+        alone["gpu.efficiency.attention_forward.peak_fraction"]["share"])
