@@ -167,7 +167,8 @@ RECOMPUTE_MODULE_OPS = {
     "mlp": lambda op: op.name.startswith("mlp.") and op.kind != "comm",  # dense MLP layers
     "moe": lambda op: (op.name.startswith(("expert.", "router")) or op.name in ("permute", "unpermute")
                        or (op.kind == "comm" and op.collective is not None and op.collective.axis == "ep")),
-    "moe_act": lambda op: op.name == "expert.swiglu",  # the experts' activation (with its fused first bias)
+    # the experts' activation (with its fused first bias and the clamp before it)
+    "moe_act": lambda op: op.name == "expert.swiglu" or op.name.startswith("expert.clamp_"),
     "shared_experts": lambda op: op.name.startswith("shared.") and op.kind != "comm",
 }
 
@@ -215,7 +216,7 @@ def _unconverted(fwd: GraphBuilder, t: Tensor) -> Tensor:
 
 def arch_of(model, plan) -> Arch:
     """The structural choices of a block: the model's, with the stack's attention kernel and dropout (and the
-    experts' second bias added in fp32, as Megatron-Core does)."""
+    experts' second bias added in fp32 and their activation's clamp run eagerly, as Megatron-Core does)."""
     stack = plan.framework
     attention = stack.attention if stack.attention is not None else model.attention
     dropout = stack.dropout if stack.dropout is not None else model.dropout
@@ -229,4 +230,4 @@ def arch_of(model, plan) -> Arch:
                 expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard,
                 lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0,
                 parallel_block=model.parallel_block, rope_fusable=model.rope_mscale == 1,
-                expert_bias_fp32=True)
+                expert_bias_fp32=True, expert_clamp=model.activation_clamp > 0)

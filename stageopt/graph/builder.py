@@ -128,7 +128,7 @@ class GraphBuilder:
                bwd_flops_per_elem: float = 2, needs: tuple[str, ...] = (), out_dtype: int | None = None,
                outputs: tuple[tuple[str, int, str], ...] | None = None, linear: bool = False,
                bwd: str = "generic", layout: Layout | None = None, fuse: str = "",
-               eager_passes: float = 1.0) -> tuple[Tensor, ...]:
+               eager_passes: float = 1.0, bwd_eager_passes: float | None = None) -> tuple[Tensor, ...]:
         """An elementwise-style op over the first input's shape.
 
         ``needs`` names what backward reads: "in0", "in1", ... or "out0", ...
@@ -136,7 +136,8 @@ class GraphBuilder:
         Non-linear ops need every input free of partial sums. ``fuse`` names the
         fusion group (:mod:`stageopt.graph.fusion`) a stack may merge the op into;
         ``eager_passes`` how many kernels (each streaming the op's tensors) eager
-        PyTorch launches for it when no stack fusion covers it.
+        PyTorch launches for it when no stack fusion covers it; ``bwd_eager_passes``
+        the same for its gradient where autograd's differs (default: the same).
         """
         main = inputs[0]
         target = layout or main.layout
@@ -151,7 +152,8 @@ class GraphBuilder:
         self.emit(Op(name=name, kind="vector", inputs=converted, outputs=outs,
                      vector_flops=numel * flops_per_elem,
                      attrs={"needs": needs, "bwd": bwd, "bwd_flops": bwd_flops_per_elem, "fuse": fuse,
-                            "eager_passes": eager_passes}))
+                            "eager_passes": eager_passes,
+                            "bwd_eager_passes": eager_passes if bwd_eager_passes is None else bwd_eager_passes}))
         return outs
 
     def view(self, name: str, t: Tensor, shape: tuple[sp.Expr, ...], dim_map: dict[int, int]) -> Tensor:

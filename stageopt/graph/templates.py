@@ -50,7 +50,16 @@ class Arch:
     parallel_block: str = "off"  # off | shared_norm | two_norms (ModelSpec.parallel_block)
     rope_fusable: bool = True  # no YaRN scaling (ModelSpec.rope_mscale 1): a stack's fused RoPE kernel applies
     expert_bias_fp32: bool = False  # experts' second bias added in fp32 outside the GEMM (Megatron-Core training)
+    expert_clamp: bool = False  # experts' gated-activation inputs clamped eagerly first (Megatron-Core training)
 
+
+# Eager RoPE where a stack leaves it unfused: torchtitan's cast to fp32 complex, multiply, cast back is about
+# three passes over the tensor each way. Megatron-Core's unfused path (rope_utils._apply_rotary_pos_emb_bshd,
+# taken when YaRN's scaling is not 1) is six kernels forward: t*cos, -x2, cat (rotate half), *sin, add, cat
+# with the empty pass-through part, 12 tensor-sized reads and writes (6 passes); backward, autograd's two
+# products, the negation, the chunk's concatenation, the sum of the two gradients and the slice's zero-filled
+# copy, 13 (6.5 passes). The cos/sin tables it builds each call are [seq, head dim]: negligible bytes.
+MCORE_UNFUSED_ROPE_PASSES = (6.0, 6.5)
 
 ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads
 
@@ -165,10 +174,11 @@ def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | Non
         k = _bias(b, k, arch, "k", G * D, Layout.of(tp=Split(0)))
         v = _bias(b, v, arch, "v", G * D, Layout.of(tp=Split(0)))
     if arch.position == "rope":
-        # Eager RoPE: cast to fp32 complex, multiply, cast back (about three passes).
-        fuse = "rope" if arch.rope_fusable else ""
-        (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=3.0)
-        (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=3.0)
+        fuse, passes, bwd_passes = ("rope", 3.0, 3.0) if arch.rope_fusable else ("", *MCORE_UNFUSED_ROPE_PASSES)
+        (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=passes,
+                        bwd_eager_passes=bwd_passes)
+        (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=passes,
+                        bwd_eager_passes=bwd_passes)
     q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)
     b.region = "attn_core"
     if arch.attention == "flash":
@@ -238,6 +248,8 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     # Expert biases (gpt-oss): the first layer's are added inside the fused bias-activation kernel.
     fc1_bias = tuple(weight(f"we_{n}_bias", (E, FE), expert.with_("tp", Split(1)) if arch.expert_tp else expert,
                             "expert") for n in ("gate", "up")) if arch.bias else ()
+    if arch.expert_clamp:
+        gate, up = _expert_clamp(b, gate, up)
     (act,) = b.vector("expert.swiglu", (gate, up, *fc1_bias), flops_per_elem=5, bwd_flops_per_elem=8,
                       needs=("in0", "in1"), fuse="bias_activation")
     down = b.einsum("expert.down", "ecf,efh->ech",
@@ -251,14 +263,37 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     return _residual_add(b, x, y, arch, "moe_residual")
 
 
+def _expert_clamp(b: GraphBuilder, gate: Tensor, up: Tensor) -> tuple[Tensor, Tensor]:
+    """The clamp of the experts' fc1 output before their activation (gpt-oss's ``swiglu_limit``).
+
+    Megatron-Core runs it in eager PyTorch ahead of the fused activation (``weighted_bias_quick_geglu_impl``):
+    forward, one clamp per half and a concatenation (3 kernels, 16 bytes an element of one half: each clamp
+    reads and writes its half, the concatenation reads and writes both); backward, autograd's masks (gate:
+    ``x <= max`` then ``where``; linear half: ``>=``, ``<=``, ``logical_and``, ``where``: 8 and 14 bytes an
+    element) and a concatenation of the two gradients (8): 30 bytes an element of one half, 7 kernels.
+    Each half is one op here: forward 2 passes over its input and output (4 bytes a pass), backward 2.5
+    passes over the gradient, the saved input and the input gradient (6 bytes a pass).
+    """
+    out = []
+    for name, half in (("gate", gate), ("up", up)):
+        (clamped,) = b.vector(f"expert.clamp_{name}", (half,), flops_per_elem=1, bwd_flops_per_elem=2,
+                              needs=("in0",), eager_passes=2.0, bwd_eager_passes=2.5)
+        out.append(clamped)
+    return out[0], out[1]
+
+
 def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
     """The routed experts' second bias (gpt-oss), scaled by each token's router probability.
 
-    Megatron-Core adds it outside the grouped GEMM, in fp32 (``TEGroupedMLP._apply_bias``): the output
-    is cast up, a per-token bias row expanded and scaled, the two added and cast back, and the fp32 rows
-    are saved for backward. That is about 36 bytes an element each way, modelled as one unfused op of
-    4.5 passes over its bf16 input and output and the 4-byte rows it saves. Serving engines add it in
-    their fused MoE kernels (one bf16 pass here).
+    Megatron-Core adds it outside the grouped GEMM (``TEGroupedMLP._apply_bias``, since gpt-oss support,
+    a329dd6d): per local expert, the bias row times the tokens' fp32 probabilities (an fp32 product,
+    4 bytes an element) added to the bf16 output (10), the fp32 pieces concatenated (8) and cast back (6):
+    28 bytes an element forward. Backward, the cast (6), the per-expert casts of the output gradient
+    (6), the probability and bias gradients (a product and a reduction each: 12 and 12) and the
+    concatenation of the output gradient (4): 40. Nothing output-sized is saved (the product keeps the
+    bias row and the probabilities). Modelled as one unfused op of 7 passes forward and 10 backward over
+    its bf16 input and output (4 bytes an element a pass); the per-expert launches are not counted
+    apart. Serving engines add it in their fused MoE kernels (one bf16 pass here).
     """
     if not arch.bias:
         return down
@@ -266,9 +301,8 @@ def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
     if not arch.expert_bias_fp32:
         (y,) = b.vector("expert.fc2_bias", (down, bias), linear=True)
         return y
-    y, _rows = b.vector("expert.fc2_bias", (down, bias), flops_per_elem=3, bwd_flops_per_elem=3, linear=True,
-                        needs=("out1",), eager_passes=4.5,
-                        outputs=(("expert.fc2_bias", ACT, "activation"), ("expert.fc2_bias_rows", FP32, "activation")))
+    (y,) = b.vector("expert.fc2_bias", (down, bias), flops_per_elem=3, bwd_flops_per_elem=3, linear=True,
+                    eager_passes=7.0, bwd_eager_passes=10.0)
     return y
 
 

@@ -5,7 +5,8 @@ attention; Mamba-2, attention and MLP layers), which their configs state in fami
 (``layer_types``, ``sliding_window_pattern``, ``hybrid_override_pattern``; StarCoder2 one ``sliding_window``
 for every layer). Stated approximations: a
 gated GELU (Gemma) is modelled as SwiGLU and squared ReLU (Nemotron-H) as GELU (same GEMMs, different
-elementwise op); GPT-OSS's attention sinks and expert biases are not modelled.
+elementwise op); GPT-OSS's attention sinks are priced as plain attention (its biases and its clamped
+activation, ``swiglu_limit``, are modelled).
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ def _layer_types_pattern(types: Any, origin: str) -> str:
     return "".join(chars[t] for t in types)
 
 
+def _swiglu_limit(cfg: dict[str, Any], origin: str) -> float:
+    """GPT-OSS's clamp of its experts' gated activation (``swiglu_limit``; 0 where the config sets none)."""
+    limit = cfg.get("swiglu_limit")
+    if limit is None:
+        return 0.0
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
+        raise ConfigError(f"{origin}: swiglu_limit must be a number >= 0, got {limit!r}")
+    return float(limit)
+
+
 def hybrid_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
                   flag: Callable[[str, bool], bool]) -> dict[str, Any]:
     """ModelSpec fields of a GPT-OSS, Gemma 2/3 or Nemotron-H config (the training ``seq`` comes from load.py).
@@ -54,7 +65,7 @@ def hybrid_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
     if kind == "gpt_oss":
         fields.update(family="moe", experts=num("num_local_experts"), top_k=num("num_experts_per_tok"),
                       expert_ffn=num("intermediate_size"), bias=flag("attention_bias", True),
-                      sliding_window=num("sliding_window"),
+                      sliding_window=num("sliding_window"), activation_clamp=_swiglu_limit(cfg, origin),
                       layer_pattern=_layer_types_pattern(cfg.get("layer_types") or ["sliding_attention",
                                                                                     "full_attention"], origin))
     elif kind == "starcoder2":  # LayerNorm, plain GELU MLP with biases, every layer windowed (when a window is set)

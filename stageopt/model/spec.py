@@ -71,6 +71,12 @@ class ModelSpec:
     config gives no ``mscale``: 1.3466 for gpt-oss's factor 32). Megatron-Core's fused RoPE kernel takes no
     such factor, so with anything but 1 the rotation runs unfused (``rope_utils.apply_rotary_pos_emb``).
 
+    ``activation_clamp`` bounds a gated activation's two inputs before it (gpt-oss's ``swiglu_limit``
+    7.0: the gate at most 7, the linear half within +-7; 0: none). Megatron-Core clamps the experts' fc1
+    output eagerly before its fused activation kernel (``weighted_bias_quick_geglu_impl``: two clamps and a
+    concatenation forward, their masks and a concatenation of the gradients backward), which moves more
+    bytes than the activation itself.
+
     ``parallel_block`` computes a layer's attention and MLP side by side from the same input,
     ``x + attn(ln(x)) + mlp(ln(x))`` (GPT-J, PaLM, Falcon-7B, MegaScale: ``shared_norm``; GPT-NeoX's parallel
     residual and Falcon-40B/180B normalize each branch on its own: ``two_norms``). Both row-parallel outputs add
@@ -96,6 +102,7 @@ class ModelSpec:
     activation: str = "swiglu"
     position: str = "rope"
     rope_mscale: float = 1.0
+    activation_clamp: float = 0.0
     tied_embeddings: bool = False
     bias: bool = False
     dropout: bool = False
@@ -202,6 +209,13 @@ def _validate(spec: ModelSpec) -> None:
             or not 0.5 <= spec.rope_mscale <= 10:
         raise ConfigError(f"model field 'rope_mscale' must be a number in 0.5..10 (1: no YaRN scaling), "
                           f"got {shorten(spec.rope_mscale)}")
+    if isinstance(spec.activation_clamp, bool) or not isinstance(spec.activation_clamp, (int, float)) \
+            or not 0 <= spec.activation_clamp <= 1e6:
+        raise ConfigError(f"model field 'activation_clamp' must be a number >= 0 (gpt-oss's swiglu_limit 7.0; "
+                          f"0: no clamp), got {shorten(spec.activation_clamp)}")
+    if spec.activation_clamp and spec.activation != "swiglu":
+        raise ConfigError(f"model field 'activation_clamp' bounds a gated activation's inputs; activation="
+                          f"{spec.activation} has one input: set activation_clamp=0 or activation=swiglu")
     if spec.attention_type == "mla":
         missing = [n for n in ("kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim") if not getattr(spec, n)]
         if missing:

@@ -91,7 +91,7 @@ GPT_OSS_CONFIG = {
     "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36,
     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880,
     "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128,
-    "attention_bias": True, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+    "attention_bias": True, "max_position_embeddings": 131072, "tie_word_embeddings": False, "swiglu_limit": 7.0,
     "layer_types": ["sliding_attention", "full_attention"] * 18,
     "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                      "original_max_position_embeddings": 4096, "truncate": False}}
@@ -111,7 +111,7 @@ def test_hugging_face_configs_import_like_the_presets(tmp_path, config, preset):
     assert layer_kinds(imported) == layer_kinds(expected)
     same = ("layers", "hidden", "heads", "kv_heads", "dim_per_head", "ffn", "vocab", "experts", "top_k", "expert_ffn",
             "sliding_window", "ssm_state", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_chunk", "tied_embeddings",
-            "bias", "activation", "rope_mscale")
+            "bias", "activation", "rope_mscale", "activation_clamp")
     assert {f: getattr(imported, f) for f in same} == {f: getattr(expected, f) for f in same}
 
 
