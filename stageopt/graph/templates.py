@@ -51,6 +51,7 @@ class Arch:
     rope_fusable: bool = True  # no YaRN scaling (ModelSpec.rope_mscale 1): a stack's fused RoPE kernel applies
     expert_bias_fp32: bool = False  # experts' second bias added in fp32 outside the GEMM (Megatron-Core training)
     expert_clamp: bool = False  # experts' gated-activation inputs clamped eagerly first (Megatron-Core training)
+    qk_norm: bool = False  # per-head RMSNorm of queries and keys before RoPE (ModelSpec.qk_norm)
 
 
 # Eager RoPE where a stack leaves it unfused: torchtitan's cast to fp32 complex, multiply, cast back is about
@@ -108,6 +109,14 @@ def _norm(b: GraphBuilder, x: Tensor, arch: Arch, name: str) -> Tensor:
     passes = 3.0 if arch.norm == "rmsnorm" else 1.0
     (y,) = b.vector(name, (x, *params), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0",), fuse="norm",
                     eager_passes=passes)
+    return y
+
+
+def _head_norm(b: GraphBuilder, x: Tensor, arch: Arch, name: str) -> Tensor:
+    """RMSNorm of each head's query or key over the head dimension (QK-norm): a norm kernel of its own (Transformer
+    Engine's RMSNorm in Megatron-Core), about three passes in eager PyTorch, like the layer norms."""
+    (y,) = b.vector(name, (x, weight(f"{name}.g", (D,))), flops_per_elem=5, bwd_flops_per_elem=8, needs=("in0",),
+                    fuse="norm", eager_passes=3.0)
     return y
 
 
@@ -173,6 +182,9 @@ def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | Non
         q = _bias(b, q, arch, "q", G * R * D, Layout.of(tp=Split(0)))
         k = _bias(b, k, arch, "k", G * D, Layout.of(tp=Split(0)))
         v = _bias(b, v, arch, "v", G * D, Layout.of(tp=Split(0)))
+    if arch.qk_norm:
+        q = _head_norm(b, q, arch, "q_head_norm")
+        k = _head_norm(b, k, arch, "k_head_norm")
     if arch.position == "rope":
         fuse, passes, bwd_passes = ("rope", 3.0, 3.0) if arch.rope_fusable else ("", *MCORE_UNFUSED_ROPE_PASSES)
         (q,) = b.vector("rope_q", (q,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=passes,

@@ -74,7 +74,8 @@ def hybrid_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
                       tied_embeddings=flag("tie_word_embeddings", True),
                       **({"sliding_window": window, "layer_pattern": "L"} if window else {}))
     elif kind.startswith("gemma"):
-        fields.update(sliding_window=num("sliding_window"), tied_embeddings=flag("tie_word_embeddings", True))
+        fields.update(sliding_window=num("sliding_window"), tied_embeddings=flag("tie_word_embeddings", True),
+                      qk_norm=kind != "gemma2")  # Gemma 3 normalizes queries and keys; Gemma 2 soft-caps instead
         if cfg.get("layer_types"):
             fields["layer_pattern"] = _layer_types_pattern(cfg["layer_types"], origin)
         else:

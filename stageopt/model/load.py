@@ -230,6 +230,8 @@ def _architecture_fields(cfg: dict[str, Any], origin: str) -> dict[str, Any]:
                           top_k=_hf_int(cfg, "num_experts_per_tok", origin), expert_ffn=fields["ffn"])
         if kind in ("qwen2_moe", "qwen3_moe"):
             fields.update(_qwen_moe(cfg, fields["layers"], origin))
+        if kind in _QK_NORM:
+            fields["qk_norm"] = True
         return fields
     if kind in DEEPSEEK_TYPES:
         return _families(deepseek_fields, cfg, origin)
@@ -266,9 +268,11 @@ def _families(reader, cfg: dict[str, Any], origin: str) -> dict[str, Any]:
 
 # Llama-shaped decoders (RMSNorm, gated MLP, RoPE, no biases). Stated approximations: Gemma's gated GELU is
 # priced as SwiGLU (same GEMMs), OLMo's non-parametric norm as RMSNorm (its weights, h a norm, are counted),
-# OLMo 2's query/key norms and Granite's scaling multipliers are left out (elementwise work only).
+# OLMo 2's query/key norms over the whole projection as per-head ones (same bytes), Granite's scaling
+# multipliers are left out (elementwise work only).
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "olmo", "olmo2", "phi3",
                "granite", "gemma")
+_QK_NORM = ("qwen3", "qwen3_moe", "olmo2")  # query/key norms before RoPE (their modeling code's q_norm/k_norm)
 _TIED_BY_DEFAULT = ("gemma",)  # GemmaConfig ties the output layer to the embedding unless told otherwise
 _SUPPORTED = (*_LLAMA_LIKE, "gpt2", *DEEPSEEK_TYPES, *HYBRID_TYPES, *PARALLEL_TYPES)
 

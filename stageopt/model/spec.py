@@ -77,6 +77,9 @@ class ModelSpec:
     concatenation forward, their masks and a concatenation of the gradients backward), which moves more
     bytes than the activation itself.
 
+    ``qk_norm`` normalizes each head's query and key (RMSNorm over the head dimension) before RoPE: Qwen3,
+    Gemma 3 and OLMo 2 (their Hugging Face configs' ``q_norm`` / ``k_norm``; Megatron-Core's ``--qk-layernorm``).
+
     ``parallel_block`` computes a layer's attention and MLP side by side from the same input,
     ``x + attn(ln(x)) + mlp(ln(x))`` (GPT-J, PaLM, Falcon-7B, MegaScale: ``shared_norm``; GPT-NeoX's parallel
     residual and Falcon-40B/180B normalize each branch on its own: ``two_norms``). Both row-parallel outputs add
@@ -103,6 +106,7 @@ class ModelSpec:
     position: str = "rope"
     rope_mscale: float = 1.0
     activation_clamp: float = 0.0
+    qk_norm: bool = False
     tied_embeddings: bool = False
     bias: bool = False
     dropout: bool = False

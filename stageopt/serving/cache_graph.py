@@ -123,4 +123,4 @@ def inference_arch(model, tp: int) -> Arch:
     return Arch(norm=model.norm, activation=model.activation, attention="flash", position=model.position,
                 bias=model.bias, dropout=False, tied=model.tied_embeddings,
                 shared_experts=model.shared_experts > 0, sp=False, fusions=SERVING_FUSIONS,
-                expert_capacity=model.expert_capacity, parallel_block=model.parallel_block)
+                expert_capacity=model.expert_capacity, parallel_block=model.parallel_block, qk_norm=model.qk_norm)

@@ -70,4 +70,8 @@ def test_llama_shaped_families_import_as_llama(tmp_path, kind):
     model = _load(tmp_path, cfg)
     assert (model.family, model.norm, model.activation, model.tied_embeddings) == ("llama", "rmsnorm", "swiglu", False)
     h, f, kv = 512, 1536, 2 * 64
-    assert _params(model) == 2 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + 2 * 1000 * h + h
+    # OLMo 2 normalizes queries and keys (q_norm over the 512 query channels, k_norm over the 128 key channels);
+    # stageopt prices them as per-head norms, one 64-wide weight each (same bytes moved, 2 x 64 weights a layer)
+    qk_norms = 2 * 64 if kind == "olmo2" else 0
+    assert model.qk_norm == (kind == "olmo2")
+    assert _params(model) == 2 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h + qk_norms) + 2 * 1000 * h + h

@@ -111,7 +111,7 @@ def test_hugging_face_configs_import_like_the_presets(tmp_path, config, preset):
     assert layer_kinds(imported) == layer_kinds(expected)
     same = ("layers", "hidden", "heads", "kv_heads", "dim_per_head", "ffn", "vocab", "experts", "top_k", "expert_ffn",
             "sliding_window", "ssm_state", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_chunk", "tied_embeddings",
-            "bias", "activation", "rope_mscale", "activation_clamp")
+            "bias", "activation", "rope_mscale", "activation_clamp", "qk_norm")
     assert {f: getattr(imported, f) for f in same} == {f: getattr(expected, f) for f in same}
 
 
