@@ -23,10 +23,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def print_fields() -> None:
     """The keys users can set, so an 'unknown key' error can point somewhere real."""
     print("model fields (--set KEY=VALUE, or keys of a model YAML):")
-    for f in dataclasses.fields(ModelSpec):
+    fields = dataclasses.fields(ModelSpec)
+    width = max(len(f.name) for f in fields)
+    for f in fields:
         default = "required" if f.default is dataclasses.MISSING else f"default {f.default!r}"
         bound = f", at most {MODEL_BOUNDS[f.name][0]:.0e}" if f.name in MODEL_BOUNDS else ""
-        print(f"  {f.name:<15} {f.type:<5} {default}{bound}")
+        print(f"  {f.name:<{width}} {f.type:<5} {default}{bound}")
     print("hardware keys (--hw-set KEY=VALUE):")
     for key in hw_override_keys():
         print(f"  {key}")
