@@ -13,6 +13,7 @@ from stageopt.graph.autodiff import differentiate
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.fusion import fuse_ops
 from stageopt.graph.latent_attention import mla_attention
+from stageopt.graph.moe_template import moe
 from stageopt.graph.ssm import mamba2
 from stageopt.graph.symbols import SW
 from stageopt.graph.templates import Arch
@@ -67,7 +68,7 @@ def _forward(kind: str, arch: Arch) -> tuple[GraphBuilder, Tensor | None, Tensor
     elif mixer == "mamba":
         y = mamba2(b, x, arch)
     if ffn == "moe":
-        y = templates.moe(b, y, arch)
+        y = moe(b, y, arch)
     elif ffn == "mlp":
         y = templates.mlp(b, y, arch)
     return b, x, y

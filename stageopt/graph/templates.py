@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import sympy as sp
 
 from stageopt.graph.builder import GraphBuilder
-from stageopt.graph.layout import PARTIAL, REPLICATE, Layout, Split
-from stageopt.graph.symbols import EP, FE, NS, B, D, E, F, G, H, K, R, S, V
+from stageopt.graph.layout import PARTIAL, Layout, Split
+from stageopt.graph.symbols import B, D, F, G, H, R, S, V
 from stageopt.graph.tensor import Op, Tensor, score_shape
 
 ACT = 2  # bytes of a bf16 activation
@@ -234,113 +234,6 @@ def mlp(b: GraphBuilder, x: Tensor, arch: Arch, normed: bool = True) -> Tensor:
     y = _bias(b, y, arch, "mlp.fc2", H, Layout(), target=residual_layout(arch), fuse="bias_dropout_add")
     y = _dropout(b, y, arch, "mlp_dropout", fuse="bias_dropout_add")
     return _residual_add(b, x, y, arch, "mlp_residual")
-
-
-def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
-    """Routed experts (top-k of E, balanced) behind all-to-all dispatch/combine, plus shared experts."""
-    h = _norm(b, x, arch, "ln2")
-    logits = b.einsum("router", "bsh,he->bse", (h, weight("w_router", (H, E))), out_dtype=FP32, precision=0)
-    logits = _bias(b, logits, arch, "router", E, Layout())
-    (probs,) = b.vector("router_topk", (logits,), flops_per_elem=6, bwd_flops_per_elem=4, needs=("out0",))
-    tokens = _permute(b, h, probs, arch.expert_capacity)
-    shared = None
-    if arch.moe_overlap and arch.shared_experts:  # dispatch first, shared experts compute while it flies
-        tokens = b.convert(tokens, Layout.of(**{**dict(tokens.layout.items), "tp": REPLICATE, "ep": Split(0)}))
-        b.region = "shared_expert"
-        shared = _mlp_core(b, h, arch, NS * FE, "shared")
-        b.region = ""
-    # Expert TP = tp splits each expert's width over the TP group; expert TP = 1 keeps experts whole on
-    # every TP rank, which then runs its own (sequence-parallel) tokens through them.
-    expert = Layout.of(ep=Split(0), tp=Split(2)) if arch.expert_tp else Layout.of(ep=Split(0))
-    expert_down = Layout.of(ep=Split(0), tp=Split(1)) if arch.expert_tp else Layout.of(ep=Split(0))
-    fc1 = {"gemm_group": "fc1"}
-    gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
-                    extra=fc1)
-    up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")), extra=fc1)
-    # Expert biases (gpt-oss): the first layer's are added inside the fused bias-activation kernel.
-    fc1_bias = tuple(weight(f"we_{n}_bias", (E, FE), expert.with_("tp", Split(1)) if arch.expert_tp else expert,
-                            "expert") for n in ("gate", "up")) if arch.bias else ()
-    if arch.expert_clamp:
-        gate, up = _expert_clamp(b, gate, up)
-    (act,) = b.vector("expert.swiglu", (gate, up, *fc1_bias), flops_per_elem=5, bwd_flops_per_elem=8,
-                      needs=("in0", "in1"), fuse="bias_activation")
-    down = b.einsum("expert.down", "ecf,efh->ech",
-                    (act, weight("we_down", (E, FE, H), expert_down, "expert")))
-    down = _expert_output_bias(b, down, arch)
-    back = b.convert(down, down.layout.with_("ep", Split(1)))
-    y = _unpermute(b, back, probs, h)
-    if arch.shared_experts:
-        shared = shared if shared is not None else _mlp_core(b, h, arch, NS * FE, "shared")
-        (y,) = b.vector("shared_add", (y, shared), bwd="identity", linear=True)
-    return _residual_add(b, x, y, arch, "moe_residual")
-
-
-def _expert_clamp(b: GraphBuilder, gate: Tensor, up: Tensor) -> tuple[Tensor, Tensor]:
-    """The clamp of the experts' fc1 output before their activation (gpt-oss's ``swiglu_limit``).
-
-    Megatron-Core runs it in eager PyTorch ahead of the fused activation (``weighted_bias_quick_geglu_impl``):
-    forward, one clamp per half and a concatenation (3 kernels, 16 bytes an element of one half: each clamp
-    reads and writes its half, the concatenation reads and writes both); backward, autograd's masks (gate:
-    ``x <= max`` then ``where``; linear half: ``>=``, ``<=``, ``logical_and``, ``where``: 8 and 14 bytes an
-    element) and a concatenation of the two gradients (8): 30 bytes an element of one half, 7 kernels.
-    Each half is one op here: forward 2 passes over its input and output (4 bytes a pass), backward 2.5
-    passes over the gradient, the saved input and the input gradient (6 bytes a pass).
-    """
-    out = []
-    for name, half in (("gate", gate), ("up", up)):
-        (clamped,) = b.vector(f"expert.clamp_{name}", (half,), flops_per_elem=1, bwd_flops_per_elem=2,
-                              needs=("in0",), eager_passes=2.0, bwd_eager_passes=2.5)
-        out.append(clamped)
-    return out[0], out[1]
-
-
-def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
-    """The routed experts' second bias (gpt-oss), scaled by each token's router probability.
-
-    Megatron-Core adds it outside the grouped GEMM (``TEGroupedMLP._apply_bias``, since gpt-oss support,
-    a329dd6d): per local expert, the bias row times the tokens' fp32 probabilities (an fp32 product,
-    4 bytes an element) added to the bf16 output (10), the fp32 pieces concatenated (8) and cast back (6):
-    28 bytes an element forward. Backward, the cast (6), the per-expert casts of the output gradient
-    (6), the probability and bias gradients (a product and a reduction each: 12 and 12) and the
-    concatenation of the output gradient (4): 40. Nothing output-sized is saved (the product keeps the
-    bias row and the probabilities). Modelled as one unfused op of 7 passes forward and 10 backward over
-    its bf16 input and output (4 bytes an element a pass); the per-expert launches are not counted
-    apart. Serving engines add it in their fused MoE kernels (one bf16 pass here).
-    """
-    if not arch.bias:
-        return down
-    bias = weight("we_down_bias", (E, H), Layout.of(ep=Split(0)), "expert")
-    if not arch.expert_bias_fp32:
-        (y,) = b.vector("expert.fc2_bias", (down, bias), linear=True)
-        return y
-    (y,) = b.vector("expert.fc2_bias", (down, bias), flops_per_elem=3, bwd_flops_per_elem=3, linear=True,
-                    eager_passes=7.0, bwd_eager_passes=10.0)
-    return y
-
-
-def _permute(b: GraphBuilder, h: Tensor, probs: Tensor, load: float) -> Tensor:
-    """Group each rank's tokens by expert: [E, C, H], C counting tokens of all EP ranks.
-
-    ``load`` scales C from a balanced share to what the busiest rank processes.
-    """
-    capacity = EP * B * S * K / E * sp.nsimplify(load)
-    placements = {a: Split(1) for a, p in h.layout.items if p == Split(1)}
-    placements["ep"] = Split(1)
-    out = Tensor(name="routed", shape=(E, capacity, H), layout=Layout.of(**placements), dtype_bytes=ACT)
-    b.emit(Op(name="permute", kind="vector", inputs=(h, probs), outputs=(out,),
-              vector_flops=out.local_numel(), attrs={"needs": (), "bwd": "generic", "bwd_flops": 1}))
-    return out
-
-
-def _unpermute(b: GraphBuilder, back: Tensor, probs: Tensor, h: Tensor) -> Tensor:
-    """Weighted sum of each token's k expert outputs, back in the token layout."""
-    placements = {a: p for a, p in h.layout.items}
-    if back.layout.get("tp") == PARTIAL:
-        placements["tp"] = PARTIAL
-    out = Tensor(name="moe_out", shape=h.shape, layout=Layout.of(**placements), dtype_bytes=ACT)
-    b.emit(Op(name="unpermute", kind="vector", inputs=(back, probs), outputs=(out,),
-              vector_flops=2 * back.local_numel(), attrs={"needs": ("in0", "in1"), "bwd": "generic", "bwd_flops": 2}))
-    return out
 
 
 def embedding(b: GraphBuilder, arch: Arch) -> tuple[Tensor, Tensor]:

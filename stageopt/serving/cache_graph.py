@@ -28,6 +28,7 @@ import sympy as sp
 from stageopt.graph import templates
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.fusion import fuse_ops
+from stageopt.graph.moe_template import moe
 from stageopt.graph.symbols import S
 from stageopt.graph.templates import Arch
 from stageopt.graph.tensor import Op, Tensor
@@ -96,7 +97,7 @@ def serving_block(kind: str, arch: Arch) -> ServingBlock:
         if kind == "mlp" and arch.parallel_block == "shared_norm":
             templates.mlp(b, x, arch, normed=False)
         else:
-            {"attention": templates.attention, "mlp": templates.mlp, "moe": templates.moe,
+            {"attention": templates.attention, "mlp": templates.mlp, "moe": moe,
              "head": templates.head}[kind](b, x, arch)
     outputs = {t.uid for op in b.ops for t in op.outputs if t.role == "kv_cache"}
     ops = fuse_ops(b.ops, arch.fusions, outputs)
