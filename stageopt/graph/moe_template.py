@@ -77,8 +77,9 @@ def _expert_clamp(b: GraphBuilder, gate: Tensor, up: Tensor) -> tuple[Tensor, Te
 def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
     """The routed experts' second bias (gpt-oss), scaled by each token's router probability.
 
-    Megatron-Core adds it outside the grouped GEMM (``TEGroupedMLP._apply_bias``, since gpt-oss support,
-    a329dd6d): per local expert, the bias row times the tokens' fp32 probabilities (an fp32 product,
+    Megatron-Core adds it outside the grouped GEMM (``TEGroupedMLP._apply_bias`` as gpt-oss support, a329dd6d,
+    wrote it and the published runs of 2025-26 ran it; 883533e0, 2026-08, adds a packed path that keeps
+    the fp32 rows instead): per local expert, the bias row times the tokens' fp32 probabilities (an fp32 product,
     4 bytes an element) added to the bf16 output (10), the fp32 pieces concatenated (8) and cast back (6):
     28 bytes an element forward. Backward, the cast (6), the per-expert casts of the output gradient
     (6), the probability and bias gradients (a product and a reduction each: 12 and 12) and the
