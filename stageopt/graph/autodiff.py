@@ -165,7 +165,8 @@ class _Differentiator:
         self.bwd.emit(Op(name=f"d{op.name}", kind="vector", inputs=(g, *needed), outputs=tuple(grads),
                          vector_flops=numel * op.attrs.get("bwd_flops", 2),
                          attrs={"fuse": op.attrs.get("fuse", ""),
-                                "eager_passes": op.attrs.get("bwd_eager_passes", op.attrs.get("eager_passes", 1.0))}))
+                                "eager_passes": op.attrs.get("bwd_eager_passes", op.attrs.get("eager_passes", 1.0)),
+                                **({"kernels": op.attrs["bwd_kernels"]} if "bwd_kernels" in op.attrs else {})}))
         targets = [x for x in op.inputs if x.role not in ("input", "mask")]
         for x, gx in zip(targets, grads):
             self._deliver(x, gx)

@@ -128,7 +128,9 @@ class GraphBuilder:
                bwd_flops_per_elem: float = 2, needs: tuple[str, ...] = (), out_dtype: int | None = None,
                outputs: tuple[tuple[str, int, str], ...] | None = None, linear: bool = False,
                bwd: str = "generic", layout: Layout | None = None, fuse: str = "",
-               eager_passes: float = 1.0, bwd_eager_passes: float | None = None) -> tuple[Tensor, ...]:
+               eager_passes: float = 1.0, bwd_eager_passes: float | None = None,
+               kernels: tuple[int, int] | None = None, bwd_kernels: tuple[int, int] | None = None
+               ) -> tuple[Tensor, ...]:
         """An elementwise-style op over the first input's shape.
 
         ``needs`` names what backward reads: "in0", "in1", ... or "out0", ...
@@ -138,6 +140,8 @@ class GraphBuilder:
         ``eager_passes`` how many kernels (each streaming the op's tensors) eager
         PyTorch launches for it when no stack fusion covers it; ``bwd_eager_passes``
         the same for its gradient where autograd's differs (default: the same).
+        ``kernels`` / ``bwd_kernels``: (fixed, per local expert) kernel counts of an op (its gradient)
+        that loops over the rank's experts (:attr:`~stageopt.graph.tensor.Op.launch_count`).
         """
         main = inputs[0]
         target = layout or main.layout
@@ -153,7 +157,9 @@ class GraphBuilder:
                      vector_flops=numel * flops_per_elem,
                      attrs={"needs": needs, "bwd": bwd, "bwd_flops": bwd_flops_per_elem, "fuse": fuse,
                             "eager_passes": eager_passes,
-                            "bwd_eager_passes": eager_passes if bwd_eager_passes is None else bwd_eager_passes}))
+                            "bwd_eager_passes": eager_passes if bwd_eager_passes is None else bwd_eager_passes,
+                            **({"kernels": kernels} if kernels else {}),
+                            **({"bwd_kernels": bwd_kernels} if bwd_kernels else {})}))
         return outs
 
     def view(self, name: str, t: Tensor, shape: tuple[sp.Expr, ...], dim_map: dict[int, int]) -> Tensor:

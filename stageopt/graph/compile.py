@@ -191,27 +191,29 @@ class OpTable:
 
     ``kernels`` names each op's kernel family (:func:`kernel_name`), ``phases``
     uses PHASE_CODE, ``precision`` the kernel model's precision class; ``fn``
-    returns 6n values per rank and micro-batch: n FLOP counts (tensor FLOPs for
-    matmul/attention, vector FLOPs otherwise), n byte counts, then the GEMM
-    shape rows m, n, k and batch (zero for non-GEMM kernels).
+    returns 8n values per rank and micro-batch: n FLOP counts (tensor FLOPs for
+    matmul/attention, vector FLOPs otherwise), n byte counts, the GEMM shape
+    rows m, n, k, batch and cast (zero for non-GEMM kernels), then n kernel
+    counts (:attr:`~stageopt.graph.tensor.Op.launch_count`: a loop over the
+    rank's local experts depends on ep).
     """
 
     kernels: tuple[str, ...]
     phases: np.ndarray
     precision: np.ndarray
-    launches: np.ndarray
     groups: np.ndarray  # fused GEMM of each op: row of its first member, -1 for none (graph.fusion)
     fn: Callable[..., list]
     wgrad: np.ndarray | None = None  # bool per op: part of the weight-gradient (W) pass
 
     def evaluate(self, values: dict[str, object], size: int = 1) -> dict[str, np.ndarray]:
-        """Rows ``flops``, ``bytes``, ``m``, ``n``, ``k``, ``batch`` as arrays of shape (ops, size)."""
+        """Rows ``flops``, ``bytes``, ``m``, ``n``, ``k``, ``batch``, ``cast``, ``launches`` as arrays of shape
+        (ops, size)."""
         out = self.fn(*[values[s.name] for s in ALL_SYMBOLS])
         rows = np.empty((len(out), size))
         for i, x in enumerate(out):
             rows[i] = x
-        rows = rows.reshape(2 + len(GEMM_FIELDS), -1, size)
-        return dict(zip(("flops", "bytes", *GEMM_FIELDS), rows))
+        rows = rows.reshape(3 + len(GEMM_FIELDS), -1, size)
+        return dict(zip(("flops", "bytes", *GEMM_FIELDS, "launches"), rows))
 
 
 @lru_cache(maxsize=64)
@@ -222,10 +224,10 @@ def compile_op_table(kind: str, arch: Arch, recompute: str) -> OpTable:
     flops = [op.flops if op.kind != "vector" else op.vector_flops for op in ops]
     nbytes = [op.kernel_bytes for op in ops]
     shapes = [gemm_shape(op)[i] for i in range(len(GEMM_FIELDS)) for op in ops]
-    fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes + shapes, modules="numpy", cse=False)
+    launches = [op.launch_count for op in ops]
+    fn = sp.lambdify(ALL_SYMBOLS, flops + nbytes + shapes + launches, modules="numpy", cse=False)
     return OpTable(kernels=tuple(kernel_name(op) for op in ops),
                    phases=np.array([PHASE_CODE[op.phase] for op in ops], dtype=int),
                    precision=np.array([op.attrs.get("precision", 0) for op in ops], dtype=int),
-                   launches=np.array([op.launches for op in ops], dtype=int),
                    groups=np.array(gemm_groups(ops, arch.fusions), dtype=int), fn=fn,
                    wgrad=np.array([id(op) in w_ids for op in ops], dtype=bool))

@@ -36,7 +36,7 @@ def _merge(run: Sequence[Op], keep: set[int]) -> Op:
     return Op(name="+".join(op.name for op in run), kind="vector", inputs=tuple(inputs),
               outputs=outputs or run[-1].outputs, vector_flops=sp.Add(*[op.vector_flops for op in run]),
               phase=first.phase, region=first.region,
-              attrs={**first.attrs, "fused": tuple(op.name for op in run)})
+              attrs={**{k: v for k, v in first.attrs.items() if k != "kernels"}, "fused": tuple(op.name for op in run)})
 
 
 def fuse_ops(ops: Sequence[Op], enabled: Iterable[str], keep: set[int]) -> tuple[Op, ...]:

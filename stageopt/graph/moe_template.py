@@ -85,8 +85,10 @@ def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
     (6), the probability and bias gradients (a product and a reduction each: 12 and 12) and the
     concatenation of the output gradient (4): 40. Nothing output-sized is saved (the product keeps the
     bias row and the probabilities). Modelled as one unfused op of 7 passes forward and 10 backward over
-    its bf16 input and output (4 bytes an element a pass); the per-expert launches are not counted
-    apart. Serving engines add it in their fused MoE kernels (one bf16 pass here).
+    its bf16 input and output (4 bytes an element a pass), launching what the loop launches: 2 kernels
+    per local expert and the concatenation and cast forward, 5 per local expert (cast, two products, two
+    reductions) and the cast and concatenation backward. Serving engines add it in their fused MoE
+    kernels (one bf16 pass here).
     """
     if not arch.bias:
         return down
@@ -95,7 +97,7 @@ def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
         (y,) = b.vector("expert.fc2_bias", (down, bias), linear=True)
         return y
     (y,) = b.vector("expert.fc2_bias", (down, bias), flops_per_elem=3, bwd_flops_per_elem=3, linear=True,
-                    eager_passes=7.0, bwd_eager_passes=10.0)
+                    eager_passes=7.0, bwd_eager_passes=10.0, kernels=(2, 2), bwd_kernels=(2, 5))
     return y
 
 

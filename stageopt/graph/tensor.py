@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from stageopt.graph.layout import Layout
-from stageopt.graph.symbols import AXIS_DEGREE
+from stageopt.graph.symbols import AXIS_DEGREE, EP, E
 
 _ids = itertools.count()
 
@@ -111,6 +111,16 @@ class Op:
     def launches(self) -> int:
         """Kernels this op stands for (more than one for an elementwise op eager PyTorch splits)."""
         return math.ceil(self.attrs.get("passes", 1.0))
+
+    @property
+    def launch_count(self) -> sp.Expr:
+        """:attr:`launches` as the plan sets it: an op that loops over the rank's local experts in Python
+        (attr ``kernels`` = (fixed, per local expert)) launches fixed + per x E / ep kernels."""
+        kernels = self.attrs.get("kernels")
+        if kernels is None:
+            return sp.Integer(self.launches)
+        fixed, per_expert = kernels
+        return sp.Integer(fixed) + per_expert * E / EP
 
     @property
     def kernel_bytes(self) -> sp.Expr:

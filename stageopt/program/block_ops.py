@@ -41,7 +41,7 @@ class OpShape:
 
     ``kind``: ``comp`` (a kernel), ``coll`` (a collective on ``axis``) or
     ``alias`` (a view or data-free reshard). ``values`` indexes the evaluated
-    vector: comp -> (num_ops, tensor_size, m, n, k, batch), coll -> (input bytes, output bytes).
+    vector: comp -> (num_ops, tensor_size, m, n, k, batch, cast, kernels), coll -> (input bytes, output bytes).
     """
 
     name: str
@@ -55,7 +55,6 @@ class OpShape:
     values: int
     kernel: str = ""  # comp: matmul | attention | attention_causal | vector
     precision: int = 0  # comp: the kernel model's precision class (stageopt.hardware.kernels)
-    launches: int = 1  # comp: kernels the op stands for
     hides: tuple[int, ...] = ()  # coll: positions (in the same phase tuple) of the GEMMs it overlaps
     async_hides: tuple[int, ...] = ()  # coll: position of the GEMM it runs beside when issued asynchronously
     group: int = -1  # comp: its fused GEMM's label (graph.fusion.gemm_groups: first position and join axis)
@@ -89,7 +88,7 @@ def _shape(op: Op, phase: str, index: int, wgrad: bool) -> OpShape:
     outputs = tuple(t.uid for t in op.outputs)
     if op.kind in COMPUTE_KINDS:
         return OpShape(op.name, phase, "comp", "", "", inputs, groups, outputs, index, kernel_name(op),
-                       op.attrs.get("precision", 0), op.launches, wgrad=wgrad)
+                       op.attrs.get("precision", 0), wgrad=wgrad)
     if op.kind == "comm" and op.collective is not None:
         c = op.collective
         return OpShape(op.name, phase, "coll", c.kind, c.axis, inputs, groups, outputs, index, wgrad=wgrad)
@@ -97,9 +96,10 @@ def _shape(op: Op, phase: str, index: int, wgrad: bool) -> OpShape:
 
 
 def _values(op: Op) -> tuple[sp.Expr, ...]:
-    """comp: FLOPs, bytes, then the GEMM shape (m, n, k, batch); coll: input and output bytes."""
+    """comp: FLOPs, bytes, the GEMM shape (m, n, k, batch, cast), then the kernel count; coll: input and
+    output bytes."""
     if op.kind in COMPUTE_KINDS:
-        return (op.flops + op.vector_flops, op.kernel_bytes, *gemm_shape(op))
+        return (op.flops + op.vector_flops, op.kernel_bytes, *gemm_shape(op), op.launch_count)
     assert op.collective is not None
     return op.collective.input_bytes, op.collective.output_bytes
 

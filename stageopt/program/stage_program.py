@@ -191,7 +191,7 @@ class _StageBuilder(GradSync):
             if op.kind == COMP:
                 at = op.values
                 nid = b.comp(name, op.phase, deps, vals[at], vals[at + 1], op.kernel,
-                             tuple(int(v) for v in vals[at + 2:at + 7]), op.precision, op.launches, op.wgrad)
+                             tuple(int(v) for v in vals[at + 2:at + 7]), op.precision, int(vals[at + 7]), op.wgrad)
             else:
                 nid = b.add(name, COLL, op.phase, deps, collective=op.collective, comm_size=vals[op.values],
                             group=op.axis, group_size=sizes[op.axis])

@@ -40,7 +40,7 @@ def block_costs(model: ModelSpec, hw: Hardware, proto: Plan, c: dict[str, np.nda
             flops=rows["flops"], nbytes=rows["bytes"], m=rows["m"], n=rows["n"], k=rows["k"], batch=rows["batch"],
             cast=rows["cast"],
             precision=table.precision[:, None], backward=(table.phases == 1)[:, None],
-            count=table.launches[:, None], gpus=world), table.groups, chunks, proto.framework.attention_kernel,
+            count=rows["launches"], gpus=world), table.groups, chunks, proto.framework.attention_kernel,
             wgrad_store_bytes=proto.wgrad_store_bytes, fp8_recipe=proto.fp8_recipe, cuda_graphs=proto.cuda_graphs)
 
     times = priced()

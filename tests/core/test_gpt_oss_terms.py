@@ -10,10 +10,14 @@ the clamp before the experts' activation (weighted_bias_quick_geglu_impl), with 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from stageopt.errors import ConfigError
+from stageopt.graph.block import arch_of
+from stageopt.graph.compile import compile_op_table
+from stageopt.graph.symbols import symbol_values
 from stageopt.model.load import from_hf_config
 from stageopt.program.stage_program import build_stage_program
 from stageopt.sim.run import workload_for
@@ -46,6 +50,22 @@ def test_expert_output_bias_moves_28_bytes_an_element_forward_and_40_backward() 
     # product, 4 + 4, and its reduction, 4, each), the concatenation of the output gradient (2 + 2); plus ten
     # writes of the bf16 bias gradient
     assert _bytes(SMALL, "dexpert.fc2_bias", "bwd") == pytest.approx(40 * routed + 10 * 2 * E * H)
+
+
+def test_expert_output_bias_launches_what_its_per_expert_loop_launches() -> None:
+    work = workload_for("gpt-oss-120b", "tp=1 pp=1 dp=8 ep=8 mbs=1 gbs=8", 8, model_set=SMALL)
+    nodes = {(n.phase, n.name.split(":")[-1]): n.launches for n in build_stage_program(work, 0).nodes}
+    local = E // 8  # experts on each of the 8 expert-parallel ranks
+    # forward: bias x probabilities and the add per expert, then one concatenation and one cast
+    assert nodes[("fwd", "expert.fc2_bias")] == 2 * local + 2
+    # backward: the cast, then per expert a cast and two product-and-reduce gradients, then the concatenation
+    assert nodes[("bwd", "dexpert.fc2_bias")] == 5 * local + 2
+    # the analytical backend's op table counts the same kernels for the same plan
+    arch = arch_of(work.model, work.plan)
+    table = compile_op_table("moe", arch, work.plan.recompute)
+    values = symbol_values(work.model, SimpleNamespace(mbs=1, tp=1, cp=1, ep=8, cpa=1))
+    launches = table.evaluate(values)["launches"][:, 0].astype(int).tolist()
+    assert 2 * local + 2 in launches and 5 * local + 2 in launches
 
 
 def test_clamped_activation_adds_the_eager_clamp_and_its_backward() -> None:
