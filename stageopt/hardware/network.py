@@ -131,9 +131,14 @@ def exposed_beside_gemm(comm, gemm):
     return np.maximum(np.asarray(comm) - np.asarray(gemm), 0.0)
 
 
-def p2p_time(hw: Hardware, size, stride):
-    """One send between neighbouring pipeline stages, ``stride`` ranks apart."""
-    crosses = np.asarray(stride, dtype=float) >= hw.node.gpus
+def p2p_time(hw: Hardware, size, stride, crosses=None):
+    """One send between neighbouring pipeline stages, ``stride`` ranks apart.
+
+    ``crosses``: whether this message leaves its node (None: it does when the stages are a node or more
+    apart; :func:`pipeline_hop_crosses` says it for one hop of a pipeline narrower than a node).
+    """
+    if crosses is None:
+        crosses = np.asarray(stride, dtype=float) >= hw.node.gpus
     inner, outer = hw.tiers[0], hw.tiers[1]
     size = np.asarray(size, dtype=float)
     t_in = inner.latency_us * 1e-6 + size / (inner.achieved_gbps * 1e9)
@@ -141,13 +146,28 @@ def p2p_time(hw: Hardware, size, stride):
     return np.where(crosses, t_out, t_in)
 
 
-def pipeline_message_time(hw: Hardware, plan, boundary, tp, stride):
-    """One pipeline message of a ``boundary``-byte activation between stages ``stride`` ranks apart.
+def pipeline_hop_crosses(hw: Hardware, stride, stage, peer, offset=0):
+    """Whether the message of one rank of pipeline stage ``stage`` to ``peer`` leaves its node.
+
+    The pipeline axis is the outermost of the rank order (:mod:`stageopt.parallel.ranks`): stage ``s``
+    holds ranks ``s * stride`` to ``(s + 1) * stride - 1``, and its rank ``s * stride + offset`` talks to
+    ``peer * stride + offset``. A pipeline whose stages are narrower than a node (stride < gpus a node)
+    keeps most hops inside a node but crosses between nodes at some; a blocking schedule waits for the
+    slow hop every micro-batch. Arguments broadcast.
+    """
+    stride, stage, peer, offset = (np.asarray(x, dtype=float) for x in (stride, stage, peer, offset))
+    node = float(hw.node.gpus)
+    return np.floor((stage * stride + offset) / node) != np.floor((peer * stride + offset) / node)
+
+
+def pipeline_message_time(hw: Hardware, plan, boundary, tp, stride, crosses=None):
+    """One pipeline message of a ``boundary``-byte activation between stages ``stride`` ranks apart
+    (``crosses``: as :func:`p2p_time`).
 
     Under scatter-gather (``plan.p2p_scatter_gather``) each TP rank sends its 1/tp
     shard and the receiver re-gathers the activation over the TP group.
     """
     if not plan.p2p_scatter_gather:
-        return p2p_time(hw, boundary, stride)
+        return p2p_time(hw, boundary, stride, crosses)
     boundary = np.asarray(boundary, dtype=float)
-    return p2p_time(hw, boundary / tp, stride) + collective_time(hw, "all_gather", boundary, tp, 1)
+    return p2p_time(hw, boundary / tp, stride, crosses) + collective_time(hw, "all_gather", boundary, tp, 1)

@@ -14,10 +14,11 @@ import numpy as np
 from stageopt.graph.overlap import userbuffer_chunks
 from stageopt.hardware import Hardware
 from stageopt.hardware.kernels import KERNEL_CODES, Kernels, chunked_kernel_seconds
-from stageopt.hardware.network import collective_time, exposed_beside_gemm, exposed_under_gemm, pipeline_message_time
+from stageopt.hardware.network import (collective_time, exposed_beside_gemm, exposed_under_gemm, pipeline_hop_crosses,
+                                       pipeline_message_time)
 from stageopt.parallel.ranks import group_stride
 
-from stageopt.program.nodes import COLL, COMP, COPY, SEND, StageProgram
+from stageopt.program.nodes import COLL, COMP, COPY, NEXT, SEND, StageProgram
 from stageopt.workload import Workload
 
 RING_COMMS = ("p2p", "a2a+p2p")  # cp_comm values whose K/V exchange over "cp" is a ring under attention
@@ -99,7 +100,13 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware, tp_async
         idx = np.array([n.id for n in sends])
         sizes = np.array([n.comm_size for n in sends], dtype=float)
         whole = sizes * plan.tp if plan.p2p_scatter_gather else sizes
-        out[idx] = pipeline_message_time(hw, plan, whole, plan.tp, group_stride(plan, "pp"))
+        peers = np.array([(program.stage + (1 if n.peer == NEXT else -1)) % plan.pp for n in sends])
+        stride = group_stride(plan, "pp")
+        # the stage's slowest rank, its first or its last, where its ranks straddle a node boundary
+        times = [pipeline_message_time(hw, plan, whole, plan.tp, stride,
+                                       pipeline_hop_crosses(hw, stride, program.stage, peers, offset))
+                 for offset in (0, stride - 1)]
+        out[idx] = max(times, key=lambda t: float(np.sum(t)))
     return out
 
 

@@ -24,14 +24,13 @@ import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
 from stageopt.hardware import Hardware
-from stageopt.hardware.network import pipeline_message_time
 from stageopt.model.layer_types import block_kinds, is_stored, model_block_counts, stored
 from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_blocks import block_costs
 from stageopt.sim.analytical_pipeline import stage_column, stage_tables
 from stageopt.sim.analytical_schedules import apply_split_schedules
-from stageopt.sim.analytical_stages import stage_memory, stage_time_parts
+from stageopt.sim.analytical_stages import stage_hops, stage_memory, stage_time_parts
 from stageopt.sim.analytical_tail import stage_tail, zero3_exposed
 from stageopt.workload.memory import GIB
 from stageopt.workload.offload import exposed_copy_seconds, offloaded_bytes, offloaded_layer_counts
@@ -81,15 +80,14 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict
     """Time parts, tail and memory of every stage (stages a plan lacks are all zeros)."""
     proto = plans[0]
     boundary = cost["embedding"]["agg"]["boundary_bytes"]  # the residual stream
-    t_p2p = pipeline_message_time(hw, proto, boundary, c["tp"], c["tp"] * c["cp"] * c["dp"])
     stages = []
-    c["t_p2p"] = t_p2p
+    c["hops"] = [stage_hops(hw, proto, boundary, c, s, stage_column(tables, s)) for s in range(tables["valid"].shape[1])]
     offload, parts_offload = _offload(model, hw, proto, cost, c)
     tied = model.vocab * model.hidden / c["tp"] if model.embedding_on_both_ends else 0.0  # shared weight per rank
     for s in range(tables["valid"].shape[1]):
         comp = stage_column(tables, s)
         valid = tables["valid"][:, s]
-        parts = stage_time_parts(cost, comp, t_p2p, c)
+        parts = stage_time_parts(cost, comp, c["hops"][s], c)
         tail = stage_tail(hw, proto, cost, comp, c, m, tied)
         parts["zero3"] = zero3_exposed(hw, tail, parts["compute"], proto.framework.zero3_prefetch)
         parts["offload"] = parts_offload  # pp = 1 wherever it is not zero
@@ -139,7 +137,7 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     out = {key: runs * _pick(stages, crit, lambda st: st["parts"][key])
            for key in ("compute", "tp", "cp", "ep", "p2p", "offload")}
     out = {f"t_{k}": np.array(v, dtype=float) for k, v in out.items()}
-    apply_split_schedules(model, plans, cost, c, c.pop("t_p2p"), stages, pipe, busy, out,
+    apply_split_schedules(model, plans, cost, c, c.pop("hops"), stages, pipe, busy, out,
                           hw.gpu.efficiency.a2a_overlap_saving)
     tails = np.stack([np.where(st["valid"], st["tail"]["dp"] + st["tail"]["optimizer"], 0.0) for st in stages])
     tail_crit = tails.argmax(axis=0)

@@ -21,8 +21,9 @@ from stageopt.parallel.placement import model_stage_count, neighbour, rank_chunk
 from stageopt.parallel.plan import Plan
 from stageopt.workload.sharding import chunk_blocks_of
 
-SEND_COLUMNS = ("send_f", "send_b")  # per local chunk: messages after its F and after its B
-STAGE_EXTRA = ("sends", "chunks")  # per stage: messages per micro-batch, chunks held
+# per local chunk: messages after its F and after its B, and whether each goes to the next stage (else the previous)
+SEND_COLUMNS = ("send_f", "send_b", "f_next", "b_next")
+STAGE_EXTRA = ("sends", "sends_next", "chunks")  # per stage: messages per micro-batch (to the next stage), chunks held
 
 
 def columns(model: ModelSpec) -> tuple[str, ...]:
@@ -50,17 +51,23 @@ def _chunk_table(model: ModelSpec, plan: Plan) -> np.ndarray:
             k = place.model_stage
             for kind, count in chunk_blocks_of(model, split[k], starts[k], plan.recomputed_per_chunk).items():
                 rows[stage, place.local, kinds.index(kind)] = count
-            for col, step in ((-2, 1), (-1, -1)):
-                rows[stage, place.local, col] = neighbour(plan.schedule, plan.pp, n_model, place, step) in ("next", "prev")
+            for col, step in ((-4, 1), (-3, -1)):
+                peer = neighbour(plan.schedule, plan.pp, n_model, place, step)
+                rows[stage, place.local, col] = peer in ("next", "prev")
+                rows[stage, place.local, col + 2] = peer == "next"
     return rows
 
 
 def _table(model: ModelSpec, plan: Plan) -> np.ndarray:
-    """Rows: stages; columns: block kinds, then STAGE_EXTRA (messages per micro-batch, chunks held)."""
+    """Rows: stages; columns: block kinds, then STAGE_EXTRA (messages per micro-batch, those to the next
+    stage, chunks held)."""
     chunks = _chunk_table(model, plan)
     counts = chunks.sum(axis=1)
-    return np.concatenate([counts[:, :-len(SEND_COLUMNS)], counts[:, -2:].sum(axis=1, keepdims=True),
-                           np.full((plan.pp, 1), chunks.shape[1])], axis=1)
+    send_f, send_b, f_next, b_next = (chunks[:, :, -4 + j] for j in range(4))
+    sends = (send_f + send_b).sum(axis=1, keepdims=True)
+    to_next = (send_f * f_next + send_b * b_next).sum(axis=1, keepdims=True)
+    return np.concatenate([counts[:, :-len(SEND_COLUMNS)], sends, to_next, np.full((plan.pp, 1), chunks.shape[1])],
+                          axis=1)
 
 
 def _canonical(plan: Plan) -> Plan:

@@ -53,13 +53,15 @@ def _rows(tree: dict, index: list[int]) -> dict:
     return {k: (_rows(v, index) if isinstance(v, dict) else np.asarray(v)[index]) for k, v in tree.items()}
 
 
-def _chunk_passes(cost: dict, counts: dict[str, np.ndarray], t_p2p: np.ndarray, c: dict,
+def _chunk_passes(cost: dict, counts: dict[str, np.ndarray], hops: tuple[np.ndarray, np.ndarray], c: dict,
                   zero3: np.ndarray) -> dict[str, np.ndarray]:
-    """F, I, W seconds of one chunk per micro-batch, and its compute and communication apart (for pairs)."""
+    """F, I, W seconds of one chunk per micro-batch, and its compute and communication apart (for pairs);
+    ``hops``: seconds of one message to the next and to the previous stage (a pass ends with its sends)."""
     kinds = [k for k in counts if k in cost]
     comp = {k: counts[k] for k in kinds}
     comp["sends"] = counts["send_f"] + counts["send_b"]
-    parts = stage_time_parts(cost, comp, t_p2p, c)
+    comp["sends_next"] = counts["send_f"] * counts["f_next"] + counts["send_b"] * counts["b_next"]
+    parts = stage_time_parts(cost, comp, hops, c)
     exposed = parts["tp"] + parts["cp"] + parts["ep"]
     raw = sum(comp[k] * (cost[k]["comm_tp"] + cost[k]["comm_cp"] + cost[k]["comm_ep"]) for k in kinds)
     fwd_raw = sum(comp[k] * cost[k]["comm_fwd"] for k in kinds)
@@ -67,8 +69,9 @@ def _chunk_passes(cost: dict, counts: dict[str, np.ndarray], t_p2p: np.ndarray, 
     c_f = sum(comp[k] * cost[k]["fwd"] for k in kinds)
     c_w = sum(comp[k] * cost[k]["wgrad"] for k in kinds)
     c_i = sum(comp[k] * cost[k]["bwd"] for k in kinds) - c_w
-    x_f = exposed * share + counts["send_f"] * t_p2p + zero3 / 2
-    x_b = exposed * (1 - share) + counts["send_b"] * t_p2p + zero3 / 2
+    t_f, t_b = (np.where(counts[k] > 0, hops[0], hops[1]) for k in ("f_next", "b_next"))
+    x_f = exposed * share + counts["send_f"] * t_f + zero3 / 2
+    x_b = exposed * (1 - share) + counts["send_b"] * t_b + zero3 / 2
     ep_raw = sum(comp[k] * cost[k]["comm_ep"] for k in kinds)
     ep_share = np.divide(sum(comp[k] * cost[k]["ep_fwd"] for k in kinds), ep_raw, out=np.zeros_like(exposed),
                          where=ep_raw > 0)
@@ -97,11 +100,12 @@ def _activation_peaks(orders, saved: np.ndarray, held: np.ndarray, logits: np.nd
     return acts, heads
 
 
-def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, t_p2p: np.ndarray,
+def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, hops: list[tuple],
                            zero3: list[np.ndarray], a2a_saving: float = 1.0) -> dict[str, object]:
     """Makespan, busiest stage's work and per-stage activation peaks for plans of one schedule shape.
 
-    ``cost``, ``c``, ``t_p2p`` and ``zero3`` (per stage) hold rows of these plans only; ``a2a_saving`` is
+    ``cost``, ``c``, ``hops`` (per stage: a message's seconds to the next and the previous stage) and
+    ``zero3`` (per stage) hold rows of these plans only; ``a2a_saving`` is
     the GPU's share of overlapped all-to-all time a combined-1F1B pair saves.
     """
     plan, n = plans[0], len(plans)
@@ -120,7 +124,7 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
         for ch in range(n_chunks):
             counts = {k: table[k][:, s, ch] for k in table}
             frac = np.divide(layers[:, s, ch], per_stage[:, s], out=np.zeros(n), where=per_stage[:, s] > 0)
-            got = _chunk_passes(cost, counts, t_p2p, c, zero3[s] * frac)
+            got = _chunk_passes(cost, counts, hops[s], c, zero3[s] * frac)
             passes[:, s, ch] = [got[k] for k in names]
             mem[0, s, ch] = sum(counts[k] * cost[k]["agg"][saved_bytes_key(plan)] for k in kinds)
             mem[1, s, ch] = sum(counts[k] * cost[k]["agg"]["wgrad_held_bytes"] for k in kinds)
@@ -187,7 +191,7 @@ def split_schedule_groups(plans: list[Plan]) -> dict[tuple, list[int]]:
     return groups
 
 
-def apply_split_schedules(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, t_p2p: np.ndarray,
+def apply_split_schedules(model: ModelSpec, plans: list[Plan], cost: dict, c: dict, hops: list[tuple],
                           stages: list[dict], pipe: np.ndarray, busy: np.ndarray, out: dict,
                           a2a_saving: float = 1.0) -> None:
     """Overwrite ``pipe``, ``busy``, the time breakdown in ``out`` and the stages' activation memory for
@@ -197,8 +201,8 @@ def apply_split_schedules(model: ModelSpec, plans: list[Plan], cost: dict, c: di
     for index in split_schedule_groups(plans).values():
         sub = [plans[i] for i in index]
         zero3 = [np.broadcast_to(st["parts"]["zero3"], (n,))[index] for st in stages]
-        res = schedule_shape_results(model, sub, _rows(cost, index), _rows(c, index),
-                                     np.broadcast_to(t_p2p, (n,))[index], zero3, a2a_saving)
+        sub_hops = [tuple(np.broadcast_to(t, (n,))[index] for t in hop) for hop in hops]
+        res = schedule_shape_results(model, sub, _rows(cost, index), _rows(c, index), sub_hops, zero3, a2a_saving)
         pipe[index] = res["makespan"]
         busy[index] = res["busy"]
         _breakdown(stages, index, res, out)

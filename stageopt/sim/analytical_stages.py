@@ -10,12 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from stageopt.graph.compile import saved_bytes_key
+from stageopt.hardware import Hardware
+from stageopt.hardware.network import pipeline_hop_crosses, pipeline_message_time
 from stageopt.model.layer_types import HEAD_KINDS, is_layer, is_stored
 from stageopt.parallel.plan import Plan
 from stageopt.workload.memory import loss_held, loss_peak_extra, zero3_gathered_layers
 
 
-def stage_time_parts(cost: dict, comp: dict, t_p2p: np.ndarray, c: dict) -> dict[str, np.ndarray]:
+def stage_time_parts(cost: dict, comp: dict, hops: tuple[np.ndarray, np.ndarray], c: dict) -> dict[str, np.ndarray]:
+    """Compute and exposed communication of one stage per micro-batch; ``hops``: seconds of one message to the
+    next and to the previous stage (:func:`stage_hops`)."""
     parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
     for kind, count in comp.items():
         if kind not in cost:
@@ -23,8 +27,30 @@ def stage_time_parts(cost: dict, comp: dict, t_p2p: np.ndarray, c: dict) -> dict
         parts["compute"] = parts["compute"] + count * (cost[kind]["fwd"] + cost[kind]["bwd"])
         for axis in ("tp", "cp", "ep"):
             parts[axis] = parts[axis] + count * cost[kind][f"comm_{axis}"]
-    parts["p2p"] = comp["sends"] * t_p2p
+    parts["p2p"] = comp["sends_next"] * hops[0] + (comp["sends"] - comp["sends_next"]) * hops[1]
     return parts
+
+
+def stage_hops(hw: Hardware, proto: Plan, boundary, c: dict, stage: int, comp: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of one pipeline message from ``stage`` to the next and to the previous stage, per plan.
+
+    A hop between nodes runs at the scale-out tier even where most of a narrow pipeline's hops stay in a
+    node. Ranks of one stage may sit on both sides of a node boundary (72-GPU NVLink domains): the stage
+    runs at the pace of its slowest rank, the first or the last (``comp``: the stage's message counts)."""
+    stride = c["tp"] * c["cp"] * c["dp"]  # ranks per stage: the pipeline axis is outermost
+    pp = np.maximum(c["pp"], 1)
+    to_next, to_prev = comp["sends_next"], comp["sends"] - comp["sends_next"]
+    best = None
+    for offset in (0, stride - 1):
+        hops = tuple(pipeline_message_time(hw, proto, boundary, c["tp"], stride,
+                                           pipeline_hop_crosses(hw, stride, stage, (stage + step) % pp, offset))
+                     for step in (1, -1))
+        if best is None:
+            best = hops
+        else:
+            slower = to_next * hops[0] + to_prev * hops[1] > to_next * best[0] + to_prev * best[1]
+            best = tuple(np.where(slower, new, old) for new, old in zip(hops, best))
+    return best
 
 
 def stage_params(cost: dict, comp: dict, c: dict) -> tuple[np.ndarray, np.ndarray]:
