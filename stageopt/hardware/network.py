@@ -160,6 +160,17 @@ def pipeline_hop_crosses(hw: Hardware, stride, stage, peer, offset=0):
     return np.floor((stage * stride + offset) / node) != np.floor((peer * stride + offset) / node)
 
 
+def pipeline_path_time(hw: Hardware, size, stride, pp: int):
+    """Seconds for one ``size``-byte activation to pass a pipeline's ``pp - 1`` hops in turn (a serving step's
+    tokens through every stage): each hop at the slower of its stages' ranks, a hop between nodes at the
+    scale-out tier. Broadcasts over ``size``."""
+    size = np.asarray(size, dtype=float)
+    hops = np.arange(max(pp - 1, 0))
+    crosses = (pipeline_hop_crosses(hw, stride, hops, hops + 1, 0)
+               | pipeline_hop_crosses(hw, stride, hops, hops + 1, stride - 1))
+    return p2p_time(hw, size[..., None], stride, crosses).sum(axis=-1)
+
+
 def pipeline_message_time(hw: Hardware, plan, boundary, tp, stride, crosses=None):
     """One pipeline message of a ``boundary``-byte activation between stages ``stride`` ranks apart
     (``crosses``: as :func:`p2p_time`).

@@ -35,7 +35,7 @@ from stageopt.graph.symbols import symbol_values
 from stageopt.hardware import Hardware
 from stageopt.hardware.kernels import HIGH, KERNEL_CODES, LOWP, Kernels, grouped_kernel_seconds
 from stageopt.hardware.kernels import kernel_seconds as _kernel_seconds
-from stageopt.hardware.network import collective_time, p2p_time
+from stageopt.hardware.network import collective_time, pipeline_path_time
 from stageopt.model.spec import ModelSpec
 from stageopt.serving.cache_graph import inference_arch
 from stageopt.serving.serve_plan import DTYPES, Pool
@@ -215,5 +215,4 @@ class StepModel:
         pp = self.pool.pp
         if pp == 1:
             return stage
-        send = p2p_time(self.hw, s.tokens * self.model.hidden * ACT_BYTES, self.pool.tp)
-        return pp * stage + (pp - 1) * send
+        return pp * stage + pipeline_path_time(self.hw, s.tokens * self.model.hidden * ACT_BYTES, self.pool.tp, pp)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stageopt.hardware.network import p2p_time
+from stageopt.hardware.network import pipeline_path_time
 from stageopt.serving.step_time import ACT_BYTES, StepModel, StepShape, attention_kernel_seconds
 
 
@@ -40,7 +40,7 @@ class StepTimer:
         else:  # the busiest stage holds the embedding or the output layer, whichever is slower
             self.by_tokens, self.by_sampled = rest, head
             self.emb = emb
-            self.send = p2p_time(sm.hw, counts * sm.model.hidden * ACT_BYTES, sm.pool.tp)
+            self.path = pipeline_path_time(sm.hw, counts * sm.model.hidden * ACT_BYTES, sm.pool.tp, self.pp)
         self.layers = layers
         self._core_coefficients()
 
@@ -70,4 +70,4 @@ class StepTimer:
         if self.pp == 1:
             return float(stage)
         stage = stage + max(self.emb[tokens - 1], self.by_sampled[sampled - 1])
-        return float(self.pp * stage + (self.pp - 1) * self.send[tokens - 1])
+        return float(self.pp * stage + self.path[tokens - 1])

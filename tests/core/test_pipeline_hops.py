@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stageopt.hardware import load_hardware
-from stageopt.hardware.network import pipeline_hop_crosses, pipeline_message_time
+from stageopt.hardware.network import pipeline_hop_crosses, pipeline_message_time, pipeline_path_time
 from stageopt.hardware.presets import apply_hw_overrides
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
@@ -32,7 +32,7 @@ def test_hops_cross_only_at_node_boundaries():
 
 
 def test_a_stage_straddling_a_72_gpu_domain_crosses_on_one_side_per_rank():
-    hw = apply_hw_overrides(load_hardware("gb200-nvl72"), ["node.gpus=72"])
+    hw = load_hardware("gb200-nvl72")  # 72 GPUs an NVLink domain
     # stage 4 of 16-rank stages holds ranks 64-79: its first rank leaves the domain forwards (64 -> 80),
     # its last backwards (79 -> 63); neither crosses both ways
     assert pipeline_hop_crosses(hw, 16, 4, 5, offset=0) and not pipeline_hop_crosses(hw, 16, 4, 3, offset=0)
@@ -89,3 +89,16 @@ def test_message_time_defaults_to_the_stride_rule():
     plan = Plan.parse("tp=8 pp=2")
     assert pipeline_message_time(hw, plan, 1e6, 8, 8) == pytest.approx(pipeline_message_time(hw, plan, 1e6, 8, 8,
                                                                                              True))
+
+
+def test_a_serving_step_passes_every_hop_in_turn():
+    """tp 4 x pp 4 on 8-GPU nodes: of the three hops, the middle one leaves the node."""
+    hw = load_hardware("h100-sxm")
+    size = 4096 * 8192 * 2.0
+    inside, between = (_hand_message_seconds(t, size) for t in hw.tiers[:2])
+    assert pipeline_path_time(hw, size, 4, 4) == pytest.approx(2 * inside + between)
+    assert pipeline_path_time(hw, size, 8, 2) == pytest.approx(between)
+    # 16-rank stages in 72-GPU domains: stage 4 (ranks 64-79) straddles, so both of its hops leave a domain
+    nvl = load_hardware("gb200-nvl72")
+    inside, between = (_hand_message_seconds(t, size) for t in nvl.tiers[:2])
+    assert pipeline_path_time(nvl, size, 16, 6) == pytest.approx(3 * inside + 2 * between)
