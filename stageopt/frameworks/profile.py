@@ -154,6 +154,10 @@ class FrameworkProfile:
     has finished this one. The analytical model prices ZB-2p's steady state then, the parallelogram the bypass
     was made for: the second of two iterations run back to back, less the first
     (:func:`stageopt.sim.analytical_schedules.schedule_shape_results`).
+    ``async_p2p_schedules``: schedules the stack runs on a runtime that batches each pipeline send with the
+    receives posted after it and waits on the whole batch only before the pass that consumes them (the
+    zero-bubble fork's ``zb_schedules.py``): a send followed by a W pass, which receives nothing, goes alone and
+    overlaps the W, delaying only its consumer; every other send blocks, as in Megatron's ``schedules.py``.
     ``nccl_release``: the NCCL release the stack shipped with (``"2.10"``; None: the hardware's
     ``nccl.release``, today's cost model). NCCL chooses each ring's protocol by its own cost model, whose
     constants changed between releases (:data:`stageopt.hardware.nccl_protocols.NCCL_RELEASES`).
@@ -195,6 +199,7 @@ class FrameworkProfile:
     fsdp_copies: Literal["none", "fsdp1", "fsdp2"] = "none"
     wgrad_accumulation_fusion: bool = False
     optimizer_post_validation: bool = False
+    async_p2p_schedules: tuple[str, ...] = ()
     nccl_release: str | None = None
 
     def __post_init__(self) -> None:
@@ -211,6 +216,10 @@ class FrameworkProfile:
                               f"{', '.join(FP8_RECIPES)}")
         if self.nccl_release is not None:
             nccl_version(self.nccl_release)
+        unknown = [s for s in self.async_p2p_schedules if s not in SCHEDULE_NAMES]
+        if unknown:
+            raise ConfigError(f"framework {self.name}: async_p2p_schedules {unknown} unknown; choose from "
+                              f"{', '.join(SCHEDULE_NAMES)}")
         unknown = [s for s in self.schedules if s not in SCHEDULE_NAMES]
         if unknown or not self.schedules:
             raise ConfigError(f"framework {self.name}: schedules {list(self.schedules)} must be a non-empty "

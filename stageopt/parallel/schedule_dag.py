@@ -41,14 +41,32 @@ class ScheduleDag:
     def size(self) -> int:
         return len(self.stage)
 
-    def finish_times(self, durations: np.ndarray) -> np.ndarray:
-        """Finish time of every node, shape (nodes + 1, candidates); durations: (nodes, candidates)."""
+    def finish_times(self, durations: np.ndarray, arrival: np.ndarray | None = None) -> np.ndarray:
+        """Finish time of every node, shape (nodes + 1, candidates); durations: (nodes, candidates).
+
+        ``arrival`` (nodes, candidates): seconds after a node ends that its output reaches a consumer on
+        another stage (a message its own stage did not wait for); None: at once."""
         finish = np.zeros((self.size + 1, durations.shape[1]))
+        late = None if arrival is None else self._edge_latency(arrival)
         for level in self.levels:
-            start = np.maximum(finish[self.prev[level]], finish[self.deps[level, 0]])
-            start = np.maximum(start, finish[self.deps[level, 1]])
-            finish[level] = start + durations[level]
+            first, second = finish[self.deps[level, 0]], finish[self.deps[level, 1]]
+            if late is not None:
+                first, second = first + late[level, 0], second + late[level, 1]
+            finish[level] = np.maximum(np.maximum(finish[self.prev[level]], first), second) + durations[level]
         return finish
+
+    def _edge_latency(self, arrival: np.ndarray) -> np.ndarray:
+        """(nodes, 2, candidates): each input's ``arrival`` where it comes from another stage, else 0."""
+        src = self.deps.clip(min=0)
+        other = (self.deps >= 0) & (self.stage[src] != self.stage[:, None])
+        return np.where(other[..., None], arrival[src], 0.0)
+
+    def next_on_stage(self) -> np.ndarray:
+        """The node its stage runs after each node (-1 for a stage's last)."""
+        nxt = np.full(self.size, -1)
+        has = self.prev >= 0
+        nxt[self.prev[has]] = np.flatnonzero(has)
+        return nxt
 
     def per_stage_sum(self, values: np.ndarray) -> np.ndarray:
         """Sum of per-node values over each stage's nodes, shape (pp, candidates)."""

@@ -32,7 +32,7 @@ from stageopt.model.spec import ModelSpec
 from stageopt.parallel.plan import Plan
 from stageopt.parallel.schedule import schedule_orders
 from stageopt.parallel.schedule_dag import PAIR, compile_dag
-from stageopt.parallel.steps import Step
+from stageopt.parallel.steps import KINDS, Step
 from stageopt.sim.analytical_pipeline import SEND_COLUMNS, chunk_tables
 from stageopt.sim.analytical_stages import stage_time_parts
 from stageopt.workload.memory import loss_held
@@ -76,7 +76,8 @@ def _chunk_passes(cost: dict, counts: dict[str, np.ndarray], hops: tuple[np.ndar
     ep_share = np.divide(sum(comp[k] * cost[k]["ep_fwd"] for k in kinds), ep_raw, out=np.zeros_like(exposed),
                          where=ep_raw > 0)
     return {"F": c_f + x_f, "I": c_i + x_b, "W": c_w, "B": c_i + c_w + x_b, "cF": c_f, "cB": c_i + c_w,
-            "xF": x_f, "xB": x_b, "eF": parts["ep"] * ep_share, "eB": parts["ep"] * (1 - ep_share)}
+            "xF": x_f, "xB": x_b, "eF": parts["ep"] * ep_share, "eB": parts["ep"] * (1 - ep_share),
+            "sF": counts["send_f"] * t_f, "sB": counts["send_b"] * t_b}
 
 
 def _activation_peaks(orders, saved: np.ndarray, held: np.ndarray, logits: np.ndarray,
@@ -116,7 +117,7 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
     n_chunks = table["embedding"].shape[2]
     layers = sum(table[k] for k in table if k not in SEND_COLUMNS)
     per_stage = layers.sum(axis=2)
-    names = ("F", "B", "I", "W", "cF", "cB", "xF", "xB", "eF", "eB")
+    names = ("F", "B", "I", "W", "cF", "cB", "xF", "xB", "eF", "eB", "sF", "sB")
     passes = np.zeros((len(names), pp, n_chunks, n))
     mem = np.zeros((3, pp, n_chunks, n))  # saved, held for W, head logits
     kinds = [k for k in table if k in cost]
@@ -131,7 +132,10 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
             mem[2, s, ch] = loss_held(plan, sum(counts[k] * cost[k]["agg"]["logits_bytes"] for k in HEAD_KINDS
                                                 if k in counts))
     durations, comm = _node_times(dag, passes, plan.ep_overlap, a2a_saving)
-    makespan = dag.finish_times(durations).max(axis=0)
+    arrival = _unwaited_sends(dag, passes) if plan.schedule in plan.framework.async_p2p_schedules else None
+    if arrival is not None:
+        durations, comm = durations - arrival, comm - arrival
+    makespan = dag.finish_times(durations, arrival).max(axis=0)
     if overlaps_iterations(plan):
         makespan = _overlapped_iteration(plan, orders, passes, a2a_saving, makespan)
     busy = dag.per_stage_sum(durations)
@@ -139,6 +143,17 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
     acts, heads = _activation_peaks(orders, mem[0], mem[1], mem[2], plan.ep_overlap)
     return {"makespan": makespan, "busy": busy.max(axis=0), "activations": acts, "logits": heads,
             "busiest": busiest, "comm": np.take_along_axis(dag.per_stage_sum(comm), busiest[None], 0)[0]}
+
+
+def _unwaited_sends(dag, passes: np.ndarray) -> np.ndarray:
+    """Seconds of the sends a stage does not wait for, per node: on a runtime that flushes each send with the
+    receives posted after it and waits on the whole batch before the pass consuming them (the zero-bubble
+    fork's), a send followed by a W pass, which receives nothing, goes alone and overlaps the W."""
+    nxt = dag.next_on_stage()
+    before_w = (nxt >= 0) & (dag.kind[nxt.clip(min=0)] == KINDS.index("W"))
+    sends = np.select([dag.kind[:, None] == KINDS.index("F"), np.isin(dag.kind, (1, 2))[:, None]],
+                      [passes[10, dag.stage, dag.chunk], passes[11, dag.stage, dag.chunk]], 0.0)
+    return np.where(before_w[:, None], sends, 0.0)
 
 
 def _node_times(dag, passes: np.ndarray, ep_overlap: bool, a2a_saving: float) -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +192,10 @@ def _overlapped_iteration(plan: Plan, orders, passes: np.ndarray, a2a_saving: fl
                   for order in orders)
     dag = compile_dag(plan.schedule, plan.pp, plan.vpp, twice)
     durations, _ = _node_times(dag, passes, plan.ep_overlap, a2a_saving)
-    return dag.finish_times(durations).max(axis=0) - makespan
+    arrival = _unwaited_sends(dag, passes) if plan.schedule in plan.framework.async_p2p_schedules else None
+    if arrival is not None:
+        durations = durations - arrival
+    return dag.finish_times(durations, arrival).max(axis=0) - makespan
 
 
 def split_schedule_groups(plans: list[Plan]) -> dict[tuple, list[int]]:
