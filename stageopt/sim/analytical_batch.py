@@ -81,12 +81,13 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict
     proto = plans[0]
     boundary = cost["embedding"]["agg"]["boundary_bytes"]  # the residual stream
     stages = []
-    c["hops"] = [stage_hops(hw, proto, boundary, c, s, stage_column(tables, s)) for s in range(tables["valid"].shape[1])]
+    c["hops"] = []  # per stage: one message's seconds to the next and to the previous stage
     offload, parts_offload = _offload(model, hw, proto, cost, c)
     tied = model.vocab * model.hidden / c["tp"] if model.embedding_on_both_ends else 0.0  # shared weight per rank
     for s in range(tables["valid"].shape[1]):
         comp = stage_column(tables, s)
         valid = tables["valid"][:, s]
+        c["hops"].append(stage_hops(hw, proto, boundary, c, s, comp))
         parts = stage_time_parts(cost, comp, c["hops"][s], c)
         tail = stage_tail(hw, proto, cost, comp, c, m, tied)
         parts["zero3"] = zero3_exposed(hw, tail, parts["compute"], proto.framework.zero3_prefetch)

@@ -48,6 +48,11 @@ def overlaps_iterations(plan: Plan) -> bool:
     return plan.framework.optimizer_post_validation and plan.schedule in PARALLELOGRAM_SCHEDULES
 
 
+# What _chunk_passes gives per chunk and micro-batch, in the order of the passes array: the F, B, I and W passes'
+# seconds; compute of F and of B; communication in F and in B; expert all-to-all in F and in B; sends of F and B.
+PASS_NAMES = ("F", "B", "I", "W", "cF", "cB", "xF", "xB", "eF", "eB", "sF", "sB")
+
+
 def _rows(tree: dict, index: list[int]) -> dict:
     """The same nested dict of per-candidate arrays, cut to ``index``."""
     return {k: (_rows(v, index) if isinstance(v, dict) else np.asarray(v)[index]) for k, v in tree.items()}
@@ -117,7 +122,7 @@ def schedule_shape_results(model: ModelSpec, plans: list[Plan], cost: dict, c: d
     n_chunks = table["embedding"].shape[2]
     layers = sum(table[k] for k in table if k not in SEND_COLUMNS)
     per_stage = layers.sum(axis=2)
-    names = ("F", "B", "I", "W", "cF", "cB", "xF", "xB", "eF", "eB", "sF", "sB")
+    names = PASS_NAMES
     passes = np.zeros((len(names), pp, n_chunks, n))
     mem = np.zeros((3, pp, n_chunks, n))  # saved, held for W, head logits
     kinds = [k for k in table if k in cost]
@@ -151,8 +156,9 @@ def _unwaited_sends(dag, passes: np.ndarray) -> np.ndarray:
     fork's), a send followed by a W pass, which receives nothing, goes alone and overlaps the W."""
     nxt = dag.next_on_stage()
     before_w = (nxt >= 0) & (dag.kind[nxt.clip(min=0)] == KINDS.index("W"))
-    sends = np.select([dag.kind[:, None] == KINDS.index("F"), np.isin(dag.kind, (1, 2))[:, None]],
-                      [passes[10, dag.stage, dag.chunk], passes[11, dag.stage, dag.chunk]], 0.0)
+    sent = [passes[PASS_NAMES.index(k), dag.stage, dag.chunk] for k in ("sF", "sB")]
+    backward = np.isin(dag.kind, (KINDS.index("B"), KINDS.index("I")))
+    sends = np.select([dag.kind[:, None] == KINDS.index("F"), backward[:, None]], sent, 0.0)
     return np.where(before_w[:, None], sends, 0.0)
 
 
