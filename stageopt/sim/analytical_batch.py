@@ -30,7 +30,7 @@ from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_blocks import block_costs
 from stageopt.sim.analytical_pipeline import stage_column, stage_tables
 from stageopt.sim.analytical_schedules import apply_split_schedules
-from stageopt.sim.analytical_stages import stage_hops, stage_memory, stage_time_parts
+from stageopt.sim.analytical_stages import message_times, stage_hops, stage_memory, stage_time_parts
 from stageopt.sim.analytical_tail import stage_tail, zero3_exposed
 from stageopt.workload.memory import GIB
 from stageopt.workload.offload import exposed_copy_seconds, offloaded_bytes, offloaded_layer_counts
@@ -82,12 +82,13 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict
     boundary = cost["embedding"]["agg"]["boundary_bytes"]  # the residual stream
     stages = []
     c["hops"] = []  # per stage: one message's seconds to the next and to the previous stage
+    messages = message_times(hw, proto, boundary, c)
     offload, parts_offload = _offload(model, hw, proto, cost, c)
     tied = model.vocab * model.hidden / c["tp"] if model.embedding_on_both_ends else 0.0  # shared weight per rank
     for s in range(tables["valid"].shape[1]):
         comp = stage_column(tables, s)
         valid = tables["valid"][:, s]
-        c["hops"].append(stage_hops(hw, proto, boundary, c, s, comp))
+        c["hops"].append(stage_hops(hw, messages, c, s, comp))
         parts = stage_time_parts(cost, comp, c["hops"][s], c)
         tail = stage_tail(hw, proto, cost, comp, c, m, tied)
         parts["zero3"] = zero3_exposed(hw, tail, parts["compute"], proto.framework.zero3_prefetch)

@@ -31,26 +31,28 @@ def stage_time_parts(cost: dict, comp: dict, hops: tuple[np.ndarray, np.ndarray]
     return parts
 
 
-def stage_hops(hw: Hardware, proto: Plan, boundary, c: dict, stage: int, comp: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Seconds of one pipeline message from ``stage`` to the next and to the previous stage, per plan.
+def message_times(hw: Hardware, proto: Plan, boundary, c: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of one pipeline message inside a node and between nodes, per plan."""
+    stride = c["tp"] * c["cp"] * c["dp"]  # ranks per stage: the pipeline axis is outermost
+    return tuple(pipeline_message_time(hw, proto, boundary, c["tp"], stride, crosses) for crosses in (False, True))
+
+
+def stage_hops(hw: Hardware, messages: tuple[np.ndarray, np.ndarray], c: dict, stage: int,
+               comp: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of one pipeline message from ``stage`` to the next and to the previous stage, per plan
+    (``messages``: :func:`message_times`).
 
     A hop between nodes runs at the scale-out tier even where most of a narrow pipeline's hops stay in a
     node. Ranks of one stage may sit on both sides of a node boundary (72-GPU NVLink domains): the stage
     runs at the pace of its slowest rank, the first or the last (``comp``: the stage's message counts)."""
-    stride = c["tp"] * c["cp"] * c["dp"]  # ranks per stage: the pipeline axis is outermost
+    stride = c["tp"] * c["cp"] * c["dp"]
     pp = np.maximum(c["pp"], 1)
+    inside, between = messages
     to_next, to_prev = comp["sends_next"], comp["sends"] - comp["sends_next"]
-    best = None
-    for offset in (0, stride - 1):
-        hops = tuple(pipeline_message_time(hw, proto, boundary, c["tp"], stride,
-                                           pipeline_hop_crosses(hw, stride, stage, (stage + step) % pp, offset))
-                     for step in (1, -1))
-        if best is None:
-            best = hops
-        else:
-            slower = to_next * hops[0] + to_prev * hops[1] > to_next * best[0] + to_prev * best[1]
-            best = tuple(np.where(slower, new, old) for new, old in zip(hops, best))
-    return best
+    first, last = (tuple(np.where(pipeline_hop_crosses(hw, stride, stage, (stage + step) % pp, offset), between, inside)
+                         for step in (1, -1)) for offset in (0, stride - 1))
+    slower = to_next * last[0] + to_prev * last[1] > to_next * first[0] + to_prev * first[1]
+    return tuple(np.where(slower, b, a) for a, b in zip(first, last))
 
 
 def stage_params(cost: dict, comp: dict, c: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from stageopt.program.durations import node_durations
 from stageopt.program.nodes import SEND
 from stageopt.program.stage_program import build_stage_program
 from stageopt.sim.analytical import AnalyticalSimulator
-from stageopt.sim.analytical_stages import stage_hops
+from stageopt.sim.analytical_stages import message_times, stage_hops
 from stageopt.workload import build_workload
 
 
@@ -50,9 +50,10 @@ def test_stage_hops_price_the_boundary_hop_at_the_network():
     c = {k: np.array([v]) for k, v in {"tp": 1, "cp": 1, "dp": 1, "pp": 16}.items()}
     comp = {"sends": np.array([2.0]), "sends_next": np.array([1.0])}
     inside, between = (_hand_message_seconds(t, size) for t in hw.tiers[:2])
-    forward, backward = stage_hops(hw, plan, np.array([size]), c, 7, comp)
+    messages = message_times(hw, plan, np.array([size]), c)
+    forward, backward = stage_hops(hw, messages, c, 7, comp)
     assert forward[0] == pytest.approx(between) and backward[0] == pytest.approx(inside)
-    forward, backward = stage_hops(hw, plan, np.array([size]), c, 3, comp)
+    forward, backward = stage_hops(hw, messages, c, 3, comp)
     assert forward[0] == pytest.approx(inside) and backward[0] == pytest.approx(inside)
 
 
