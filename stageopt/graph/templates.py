@@ -52,6 +52,7 @@ class Arch:
     expert_bias_fp32: bool = False  # experts' second bias added in fp32 outside the GEMM (Megatron-Core training)
     expert_clamp: bool = False  # experts' gated-activation inputs clamped eagerly first (Megatron-Core training)
     qk_norm: bool = False  # per-head RMSNorm of queries and keys before RoPE (ModelSpec.qk_norm)
+    loss: str = "in_place"  # the stack's unfused cross-entropy (FrameworkProfile.cross_entropy; LOSS_PASSES)
 
 
 # Eager RoPE where a stack leaves it unfused: torchtitan's cast to fp32 complex, multiply, cast back is about
@@ -61,6 +62,18 @@ class Arch:
 # products, the negation, the chunk's concatenation, the sum of the two gradients and the slice's zero-filled
 # copy, 13 (6.5 passes). The cos/sin tables it builds each call are [seq, head dim]: negligible bytes.
 MCORE_UNFUSED_ROPE_PASSES = (6.0, 6.5)
+
+# Unfused cross-entropy, per logit: the op streams its bf16 input and fp32 softmax (6 bytes a pass) forward and
+# the fp32 softmax, its gradient and the bf16 input gradient (10 bytes) backward; the loss's local sum adds 4
+# bytes each way. Megatron's vocab-parallel loss (core/tensor_parallel/cross_entropy.py) on ``logits.float()``:
+# the cast (6 bytes), max (4), subtract (8), exp (8), sum (4) and in-place normalise (8) forward, 38 bytes
+# in six kernels; backward the in-place product with the loss gradient (8) and the cast back (6), 14.
+# PyTorch's F.cross_entropy on an fp32 copy (torchtitan): the cast (6), log-softmax over a row too long for
+# shared memory (max, sum-exp, then write: three reads and a write, 16), forward 22 bytes; backward the NLL
+# gradient's zero fill (4), log-softmax's gradient (a sum pass, then read two and write one: 16) and the cast
+# back (6), 26. Each is (bytes - 4 for the local sum) / (6 forward, 10 backward) passes.
+LOSS_PASSES = {"in_place": ((38 - 4) / 6, (14 - 4) / 10), "pytorch": ((22 - 4) / 6, (26 - 4) / 10),
+               "te_fused": (2.0, 2.0)}
 
 ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads
 
@@ -263,8 +276,9 @@ def head(b: GraphBuilder, x: Tensor, arch: Arch, shared: bool = False) -> Tensor
     h = _norm(b, x, arch, "mtp_ln_f" if shared else "ln_f")
     logits = b.einsum("logits", "bsh,vh->bsv", (h, weight("output", (V, H), Layout.of(tp=Split(0)),
                                                            counted=not (arch.tied or shared))), precision=0)
+    fwd_passes, bwd_passes = LOSS_PASSES[arch.loss]
     (probs,) = b.vector("cross_entropy", (logits,), flops_per_elem=6, bwd_flops_per_elem=2, needs=("out0",),
-                        fuse="cross_entropy", eager_passes=2.0,  # log-softmax, then the loss
+                        fuse="cross_entropy", eager_passes=fwd_passes, bwd_eager_passes=bwd_passes,
                         outputs=(("softmax_fp32", FP32, "logits"),))
     # Vocab-parallel cross-entropy leaves each token's loss as a partial sum over TP (max, sum-exp
     # and target logit are all-reduced; modelled as one all-reduce of B*S/cp fp32 values).

@@ -152,3 +152,27 @@ def test_megatron_fuses_qkv_and_fc1_gemms_but_eager_torch_does_not():
         groups = table.groups[table.groups >= 0]
         # forward QKV and fc1, backward data and weight gradients of each: 6 groups
         assert (len(set(groups.tolist())) == 6) == fused and (len(groups) == 0) == (not fused)
+
+
+@pytest.mark.parametrize("stack, forward, backward, launches", [
+    ("megatron-lm-2021", 38, 14, (6, 1)),  # cast, max, subtract, exp, sum, normalise; product, cast back
+    ("torchtitan", 22, 26, (3, 3)),  # cast, log-softmax, NLL; zero fill, log-softmax gradient, cast back
+])
+def test_unfused_cross_entropy_moves_what_its_kernels_read_and_write(stack, forward, backward, launches):
+    """Bytes a logit moves through the stack's unfused loss, counted kernel by kernel by hand
+    (stageopt.graph.templates.LOSS_PASSES says which kernels); the loss's local sum adds one fp32 read,
+    and each token's fp32 loss (or its gradient) 4 bytes more."""
+    _, head = _block("gpt3-175b", SMALL, "tp=1 mbs=1 gbs=1", stack, kind="head")
+    s, v = 128, 1024
+    values = _values(B=1, S=s, H=256, V=v, tp=1, cp=1, ep=1)
+
+    def per_logit(ops, names):
+        picked = [o for o in ops if o.name in names]
+        assert len(picked) == len(names)
+        return sum(int(o.kernel_bytes.subs(values)) for o in picked) / (s * v), picked
+
+    fwd, ce = per_logit(head.fwd, ("cross_entropy", "loss_reduce_local"))
+    bwd, dce = per_logit(head.bwd, ("dcross_entropy", "dloss_reduce_local"))
+    assert (fwd, bwd) == (forward + 4 / v, backward + 4 / v)
+    loss = {o.name: o.launches for o in (*ce, *dce)}
+    assert (loss["cross_entropy"], loss["dcross_entropy"]) == launches
