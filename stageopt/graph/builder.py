@@ -129,8 +129,8 @@ class GraphBuilder:
                outputs: tuple[tuple[str, int, str], ...] | None = None, linear: bool = False,
                bwd: str = "generic", layout: Layout | None = None, fuse: str = "",
                eager_passes: float = 1.0, bwd_eager_passes: float | None = None,
-               kernels: tuple[int, int] | None = None, bwd_kernels: tuple[int, int] | None = None
-               ) -> tuple[Tensor, ...]:
+               kernels: tuple[int, int] | None = None, bwd_kernels: tuple[int, int] | None = None,
+               random: bool = False) -> tuple[Tensor, ...]:
         """An elementwise-style op over the first input's shape.
 
         ``needs`` names what backward reads: "in0", "in1", ... or "out0", ...
@@ -142,6 +142,7 @@ class GraphBuilder:
         the same for its gradient where autograd's differs (default: the same).
         ``kernels`` / ``bwd_kernels``: (fixed, per local expert) kernel counts of an op (its gradient)
         that loops over the rank's experts (:attr:`~stageopt.graph.tensor.Op.launch_count`).
+        ``random``: the forward draws a random number per element (dropout); its gradient does not.
         """
         main = inputs[0]
         target = layout or main.layout
@@ -159,6 +160,7 @@ class GraphBuilder:
                             "eager_passes": eager_passes,
                             "bwd_eager_passes": eager_passes if bwd_eager_passes is None else bwd_eager_passes,
                             **({"kernels": kernels} if kernels else {}),
+                            **({"random": True} if random else {}),
                             **({"bwd_kernels": bwd_kernels} if bwd_kernels else {})}))
         return outs
 

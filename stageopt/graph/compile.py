@@ -170,9 +170,12 @@ PHASE_CODE = {"fwd": 0, "bwd": 1, "recompute": 2}
 
 
 def kernel_name(op: Op) -> str:
-    """The kernel family a time model prices an op as: matmul, attention, attention_causal or vector."""
+    """The kernel family a time model prices an op as: matmul, attention, attention_causal, vector or
+    vector_random (an elementwise kernel that draws a random number per element: dropout)."""
     if op.kind == "attention" and op.attrs.get("causal"):
         return "attention_causal"
+    if op.kind == "vector" and op.attrs.get("random"):
+        return "vector_random"
     return op.kind
 
 

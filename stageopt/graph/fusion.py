@@ -36,7 +36,9 @@ def _merge(run: Sequence[Op], keep: set[int]) -> Op:
     return Op(name="+".join(op.name for op in run), kind="vector", inputs=tuple(inputs),
               outputs=outputs or run[-1].outputs, vector_flops=sp.Add(*[op.vector_flops for op in run]),
               phase=first.phase, region=first.region,
-              attrs={**{k: v for k, v in first.attrs.items() if k != "kernels"}, "fused": tuple(op.name for op in run)})
+              attrs={**{k: v for k, v in first.attrs.items() if k not in ("kernels", "random")},
+                     "fused": tuple(op.name for op in run),
+                     **({"random": True} if any(op.attrs.get("random") for op in run) else {})})
 
 
 def fuse_ops(ops: Sequence[Op], enabled: Iterable[str], keep: set[int]) -> tuple[Op, ...]:

@@ -145,7 +145,7 @@ def _bias(b: GraphBuilder, y: Tensor, arch: Arch, name: str, size: sp.Expr, layo
 def _dropout(b: GraphBuilder, x: Tensor, arch: Arch, name: str, fuse: str = "") -> Tensor:
     if not arch.dropout:
         return x
-    y, _mask = b.vector(name, (x,), flops_per_elem=2, bwd_flops_per_elem=1, needs=("out1",), fuse=fuse,
+    y, _mask = b.vector(name, (x,), flops_per_elem=2, bwd_flops_per_elem=1, needs=("out1",), fuse=fuse, random=True,
                         outputs=((name, x.dtype_bytes, "activation"), (f"{name}.mask", MASK, "mask")))
     return y
 

@@ -8,6 +8,10 @@ microbenchmark measures, with a physical range enforced on it:
 
 * ``memory_fraction``: the share of the HBM bandwidth a streaming kernel reaches
   (a device-to-device copy or STREAM triad reaches ~0.90 on H100);
+* ``random_fraction``: the share of that copy rate an elementwise kernel reaches when it draws
+  a random number per element (dropout's Philox generator costs SM work the copy does not):
+  PyTorch's dropout measures 0.80 of the copy rate on H100 and 0.65 on H200, whose faster HBM
+  the same SMs feed (experiments/kernels/); 1 where no one has measured it;
 * ``matmul.peak_fraction`` (and ``fp8_peak_fraction``): the share of peak a large
   cuBLAS GEMM reaches per output tile, at the clocks a GPU holds under load;
 * ``tile_m`` x ``tile_n``: the output tile one streaming multiprocessor computes;
@@ -163,6 +167,8 @@ class GpuEfficiency:
     attention_forward: KernelEfficiency
     attention_backward: KernelEfficiency
     memory_fraction: float = field(metadata=bounds(gt=0.5, le=1, doc="share of HBM bandwidth a copy reaches"))
+    random_fraction: float = field(default=1.0, metadata=bounds(
+        ge=0.3, le=1, doc="share of the copy rate a kernel drawing a random number per element reaches (dropout)"))
     launch_us: float = field(metadata=bounds(ge=0.5, le=20, doc="fixed cost of one kernel"))
     host_us: float = field(default=0.0, metadata=bounds(ge=0, le=50, doc="host time to dispatch one kernel"))
     graph_launch_us: float = field(default=1.5, metadata=bounds(

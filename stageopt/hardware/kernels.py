@@ -21,7 +21,9 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
   the special-function units (``gpu.exp_tops``), which the softmax between the
   two matmuls waits for; its ``k`` carries its FLOPs per score (4 x head dim
   forward), so a kernel's scores are ``flops / k``;
-* a **vector** kernel streams its bytes at the achievable HBM bandwidth.
+* a **vector** kernel streams its bytes at the achievable HBM bandwidth; one that
+  draws a random number per element (``vector_random``: dropout) at the share of
+  it ``random_fraction`` says.
 
 GEMMs and attention run at the SM clock of the slowest of the ``gpus`` GPUs a
 step keeps in lockstep (``speed_spread``,
@@ -60,7 +62,7 @@ from stageopt.frameworks.profile import LOW_PRECISION_RECIPES
 from stageopt.hardware.efficiency import FLASH_BACKWARD_EXECUTED_FLOPS, gemm_tiled_flops
 from stageopt.hardware.machine import DTYPE_BYTES, Hardware
 
-KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3}
+KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vector": 3, "vector_random": 4}
 
 # Precision classes of a kernel (set by the graph): stays high precision; FP8-capable
 # GEMM that casts its activation operand first; FP8-capable GEMM whose operands were
@@ -147,8 +149,9 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
                              eff.attention_forward.fraction(attention_kernel, eff.fa2_attention_scale))
     scores = np.where(kern.k > 0, computed / np.maximum(kern.k, 1), 0.0)
     attention = launch + attn_flops / (attn_fraction * attn_peak) + gpu.exp_seconds(scores) * slowest
-    vector = launch * launches + memory
-    device = np.where(kern.code == 3, vector, np.where(kern.code == 0, matmul, attention))
+    # a kernel drawing a random number per element (dropout's Philox) streams at a share of the copy rate
+    vector = launch * launches + memory / np.where(kern.code == 4, eff.random_fraction, 1.0)
+    device = np.where(kern.code >= 3, vector, np.where(kern.code == 0, matmul, attention))
     return np.maximum(device, host * (launches + cast_launches))
 
 
