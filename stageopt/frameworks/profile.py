@@ -97,7 +97,9 @@ class FrameworkProfile:
     ``cross_entropy`` is how the loss holds memory (bytes a logit kept from
     forward to backward, and at the loss's peak): ``te_fused`` (Transformer
     Engine's fused cross-entropy, as Megatron-Bridge sets it: the gradient is
-    written into the bf16 logits in place; 2 and 2), ``in_place`` (Megatron's
+    written into the bf16 logits in place; 2 and 2), ``flash_attn`` (flash-attn's
+    fused ``CrossEntropyLoss``, llm-foundry's default: it keeps the bf16 logits and
+    returns a new bf16 gradient; 2 and 4), ``in_place`` (Megatron's
     vocab-parallel cross-entropy on an fp32 copy of the logits, softmax turned
     into the gradient in place; 4 and 6, the bf16 logits beside the fp32) or
     ``pytorch`` (``F.cross_entropy(logits.float())``, torchtitan: its backward
@@ -189,7 +191,7 @@ class FrameworkProfile:
     bf16_grad_all_reduce: bool = False
     moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
-    cross_entropy: Literal["te_fused", "in_place", "pytorch"] = "in_place"
+    cross_entropy: Literal["te_fused", "flash_attn", "in_place", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False
     low_precision: tuple[str, ...] = ("fp8",)
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8"] = "delayed"

@@ -73,7 +73,7 @@ MCORE_UNFUSED_ROPE_PASSES = (6.0, 6.5)
 # gradient's zero fill (4), log-softmax's gradient (a sum pass, then read two and write one: 16) and the cast
 # back (6), 26. Each is (bytes - 4 for the local sum) / (6 forward, 10 backward) passes.
 LOSS_PASSES = {"in_place": ((38 - 4) / 6, (14 - 4) / 10), "pytorch": ((22 - 4) / 6, (26 - 4) / 10),
-               "te_fused": (2.0, 2.0)}
+               "te_fused": (2.0, 2.0), "flash_attn": (2.0, 2.0)}  # fused stacks merge the op (fusion cross_entropy)
 
 ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads
 
