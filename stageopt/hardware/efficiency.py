@@ -37,6 +37,14 @@ microbenchmark measures, with a physical range enforced on it:
   ``1 + T / S`` times its unmasked half. FlashAttention-3 and cuDNN's fused attention
   run 128 x 128 blocks at head dim 128 on Hopper (FlashAttention-2 128 x 64 forward on
   Ampere: the larger side sets the waste);
+* ``exp_overlap``: the share of the softmax exponentials (``gpu.exp_tops``) the best attention
+  kernel runs while its tensor cores work, so that a kernel costs
+  ``matmuls + exps - exp_overlap x min(matmuls, exps)``. FlashAttention-3 on Hopper pipelines one
+  block's softmax under the next block's two GEMMs and ping-pongs two warpgroups (Shah et al. 2024:
+  removing either drops BF16 forward from 661 to 582 / 570 TFLOP/s); FlashAttention-4 and cuDNN do
+  the same on Blackwell, where FA4 reaches 1,605 TFLOP/s (71% of 2,250), more than a B200 can
+  reach with its MUFU exponentials taken in turn with full-rate matmuls (1,285): 1 on Hopper and
+  Blackwell. FlashAttention-2 (Ampere's design, and the ``fa2`` kernel on any GPU) waits for them: 0;
 * ``launch_us``: the fixed cost of one kernel on the GPU (launch gap, prologue);
 * a GEMM's *output store* is not hidden behind its main loop: each output tile
   is written after its last k-step, at the SM's share of HBM bandwidth (on H200
@@ -175,6 +183,8 @@ class GpuEfficiency:
         ge=0.2, le=10, doc="gap between kernels replayed from a CUDA graph"))
     fa2_attention_scale: float = field(default=1.0, metadata=bounds(
         gt=0.2, le=1.0, doc="FlashAttention-2 throughput relative to the best attention kernel"))
+    exp_overlap: float = field(default=0.0, metadata=bounds(
+        ge=0, le=1.0, doc="share of the softmax exponentials the best attention kernel hides under its matmuls"))
     # FlashAttention-3 (Shah et al. 2024) / cuDNN: 128 x 128 blocks at head dim 128 on Hopper and Blackwell
     attention_tile: float = field(default=128.0, metadata=bounds(
         ge=16, le=512, doc="query/key block of a fused attention kernel: masked-edge blocks are computed whole"))
@@ -190,6 +200,10 @@ class GpuEfficiency:
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    def exps_hidden(self, attention_kernel: str) -> float:
+        """Share of the softmax exponentials the stack's attention kernel (best | fa2) runs under its matmuls."""
+        return 0.0 if attention_kernel == "fa2" else self.exp_overlap
 
     @property
     def overlapped_rate(self) -> float:

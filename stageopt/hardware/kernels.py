@@ -18,8 +18,9 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
 * an **attention** kernel costs its FLOPs at the flash-attention share of peak
   (causal kernels skip the masked half; a backward kernel executes 1.25x its
   model FLOPs, as it recomputes the scores), then one exponential per score on
-  the special-function units (``gpu.exp_tops``), which the softmax between the
-  two matmuls waits for; its ``k`` carries its FLOPs per score (4 x head dim
+  the special-function units (``gpu.exp_tops``), which a FlashAttention-2 class
+  kernel waits for between its two matmuls and a Hopper or Blackwell kernel runs
+  under them (``exp_overlap``); its ``k`` carries its FLOPs per score (4 x head dim
   forward), so a kernel's scores are ``flops / k``;
 * a **vector** kernel streams its bytes at the achievable HBM bandwidth; one that
   draws a random number per element (``vector_random``: dropout) at the share of
@@ -148,7 +149,8 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     attn_fraction = np.where(kern.backward, eff.attention_backward.fraction(attention_kernel, eff.fa2_attention_scale),
                              eff.attention_forward.fraction(attention_kernel, eff.fa2_attention_scale))
     scores = np.where(kern.k > 0, computed / np.maximum(kern.k, 1), 0.0)
-    attention = launch + attn_flops / (attn_fraction * attn_peak) + gpu.exp_seconds(scores) * slowest
+    mma, exps = attn_flops / (attn_fraction * attn_peak), gpu.exp_seconds(scores) * slowest
+    attention = launch + mma + exps - eff.exps_hidden(attention_kernel) * np.minimum(mma, exps)
     # a kernel drawing a random number per element (dropout's Philox) streams at a share of the copy rate
     vector = launch * launches + memory / np.where(kern.code == 4, eff.random_fraction, 1.0)
     device = np.where(kern.code >= 3, vector, np.where(kern.code == 0, matmul, attention))

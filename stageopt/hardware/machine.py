@@ -170,14 +170,16 @@ class Gpu:
 
     def attention_time_s(self, flops: float, backward: bool = False, dtype: DType = "bf16",
                          flops_per_score: float = 0.0) -> float:
-        """Seconds for a fused attention kernel of ``flops`` (forward or backward): its matmuls, then the
-        exponential of each of its ``flops / flops_per_score`` scores (0: not priced)."""
+        """Seconds for the best fused attention kernel of ``flops`` (forward or backward): its matmuls and the
+        exponential of each of its ``flops / flops_per_score`` scores (0: not priced), the share
+        ``exp_overlap`` of the shorter of the two hidden under the other."""
         if flops <= 0:
             return 0.0
         eff = self.efficiency.attention_backward if backward else self.efficiency.attention_forward
         executed = flops * (FLASH_BACKWARD_EXECUTED_FLOPS if backward else 1.0)
-        device = self.efficiency.launch_us * 1e-6 + executed / (eff.peak_fraction * self.sustained_peak(dtype) * 1e12)
-        device += self.exp_seconds(flops / flops_per_score if flops_per_score > 0 else 0.0)
+        mma = executed / (eff.peak_fraction * self.sustained_peak(dtype) * 1e12)
+        exps = self.exp_seconds(flops / flops_per_score if flops_per_score > 0 else 0.0)
+        device = self.efficiency.launch_us * 1e-6 + mma + exps - self.efficiency.exp_overlap * min(mma, exps)
         return max(device, self.efficiency.host_us * 1e-6)
 
     def vector_time_s(self, nbytes: float) -> float:

@@ -44,7 +44,7 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
 # forward reaches at most 73% of the A100's peak (Dao 2023, arXiv 2307.08691: "50-73% of the theoretical maximum").
 MEASURED_CEILINGS: dict[str, dict[str, float]] = {
     "hopper": {"gpu.efficiency.matmul.peak_fraction": 0.731, "gpu.efficiency.matmul.fp8_peak_fraction": 0.721,
-               "gpu.efficiency.attention_forward.peak_fraction": 0.792},
+               "gpu.efficiency.attention_forward.peak_fraction": 0.566},
     "a100": {"gpu.efficiency.attention_forward.peak_fraction": 0.73},
 }
 BACKWARD_TO_FORWARD = 0.75  # flash-attention backward vs forward throughput (FlashAttention-2/3 papers)
@@ -70,11 +70,14 @@ def backward_share(forward: float, gpu: Gpu) -> float:
     ratio at head dim 128, now that the kernel model prices the softmax exponentials apart.
 
     Per forward model FLOP the exponentials take ``r = peak / (4 d exp_rate)`` of peak time; the
-    backward kernel computes the same scores' exponentials over 2.5x the FLOPs (0.4 r per FLOP).
+    backward kernel computes the same scores' exponentials over 2.5x the FLOPs (0.4 r per FLOP). The
+    share ``exp_overlap`` of whichever is shorter, matmuls or exponentials, runs under the other; in the
+    backward the matmuls are the longer at every share in range.
     """
     r = gpu.peak("bf16") / (4 * REFERENCE_HEAD_DIM * gpu.exp_tops) if gpu.exp_tops else 0.0
-    inclusive_forward = 1 / (1 / forward + r)
-    return 1 / (1 / (BACKWARD_TO_FORWARD * inclusive_forward) - 0.4 * r)
+    hidden = gpu.efficiency.exp_overlap
+    inclusive_forward = 1 / (1 / forward + r - hidden * min(1 / forward, r))
+    return 1 / (1 / (BACKWARD_TO_FORWARD * inclusive_forward) - (1 - hidden) * 0.4 * r)
 
 
 # GPU names (as hardware files spell them) of each family, for files that are not one of its presets.
