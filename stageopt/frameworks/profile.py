@@ -101,7 +101,10 @@ class FrameworkProfile:
     fused ``CrossEntropyLoss``, llm-foundry's default: it keeps the bf16 logits and
     returns a new bf16 gradient; 2 and 4), ``in_place`` (Megatron's
     vocab-parallel cross-entropy on an fp32 copy of the logits, softmax turned
-    into the gradient in place; 4 and 6, the bf16 logits beside the fp32) or
+    into the gradient in place; 4 and 6, the bf16 logits beside the fp32),
+    ``native_fused`` (Megatron-Core's fused vocab-parallel loss before Transformer
+    Engine's, NeMo's default from September 2024 to mid-2025: the same fp32 softmax
+    in three compiled kernels; 4 and 6) or
     ``pytorch`` (``F.cross_entropy(logits.float())``, torchtitan: its backward
     holds the saved log-softmax, the gradient it receives and the one it
     returns, all fp32; 4 and 12).
@@ -191,7 +194,7 @@ class FrameworkProfile:
     bf16_grad_all_reduce: bool = False
     moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
-    cross_entropy: Literal["te_fused", "flash_attn", "in_place", "pytorch"] = "in_place"
+    cross_entropy: Literal["te_fused", "flash_attn", "in_place", "native_fused", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False
     low_precision: tuple[str, ...] = ("fp8",)
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8"] = "delayed"

@@ -71,8 +71,14 @@ MCORE_UNFUSED_ROPE_PASSES = (6.0, 6.5)
 # PyTorch's F.cross_entropy on an fp32 copy (torchtitan): the cast (6), log-softmax over a row too long for
 # shared memory (max, sum-exp, then write: three reads and a write, 16), forward 22 bytes; backward the NLL
 # gradient's zero fill (4), log-softmax's gradient (a sum pass, then read two and write one: 16) and the cast
-# back (6), 26. Each is (bytes - 4 for the local sum) / (6 forward, 10 backward) passes.
+# back (6), 26. Megatron-Core's native fused loss (core/fusions/fused_cross_entropy.py, cross_entropy_loss_fusion
+# with the "native" implementation, the only one before Transformer Engine's) runs the same steps on the bf16
+# logits as three compiled functions (jit_fuser: torch.compile from PyTorch 2.2): cast and max (6), subtract, exp
+# and sum in place (8), normalise in place (8), 22 bytes in three kernels; backward one, the product with the loss
+# gradient written back in place and the bf16 cast (10). Each is (bytes - 4 for the local sum) / (6 forward,
+# 10 backward) passes.
 LOSS_PASSES = {"in_place": ((38 - 4) / 6, (14 - 4) / 10), "pytorch": ((22 - 4) / 6, (26 - 4) / 10),
+               "native_fused": ((22 - 4) / 6, (10 - 4) / 10),
                "te_fused": (2.0, 2.0), "flash_attn": (2.0, 2.0)}  # fused stacks merge the op (fusion cross_entropy)
 
 ULYSSES_AXIS = {"a2a": "cp", "a2a+p2p": "cpa"}  # the axis whose sequence split Ulysses trades for heads

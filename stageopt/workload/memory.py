@@ -76,7 +76,8 @@ def shard_degrees(work: Workload) -> tuple[int, int]:
 # How the loss holds memory, in bytes a logit, by the stack's cross-entropy (FrameworkProfile.cross_entropy):
 # kept from forward to backward, and the extra at the loss's peak. The graph's head saves an fp32 softmax
 # (4 bytes a logit, ``logits_bytes``); these scale it.
-LOSS_BYTES_PER_LOGIT = {"te_fused": (2.0, 0.0), "flash_attn": (2.0, 2.0), "in_place": (4.0, 2.0), "pytorch": (4.0, 8.0)}
+LOSS_BYTES_PER_LOGIT = {"te_fused": (2.0, 0.0), "flash_attn": (2.0, 2.0), "in_place": (4.0, 2.0),
+                        "native_fused": (4.0, 2.0), "pytorch": (4.0, 8.0)}
 
 
 def loss_held(plan, logits_fp32_bytes):

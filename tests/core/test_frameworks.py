@@ -133,6 +133,17 @@ def test_megatron_lm_2024_is_megatron_core_with_the_scripts_gradient_and_loss_de
     assert ours.default_grad_dtype("bf16") == "fp32" and base.default_grad_dtype("bf16") == "bf16"
 
 
+def test_nemo_2024_is_megatron_core_with_megatron_cores_native_fused_loss():
+    """NeMo of September 2024 to mid-2025 ran Megatron-Core's own fused cross-entropy (three compiled kernels on
+    an fp32 copy), not Transformer Engine's single kernel; gradients in bf16 as today."""
+    import dataclasses
+    base, ours = load_profile("megatron-core"), load_profile("nemo-2024")
+    differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
+    assert differ == {"name", "description", "source", "cross_entropy", "fusions"}
+    assert set(base.fusions) - set(ours.fusions) == {"cross_entropy"}
+    assert (base.cross_entropy, ours.cross_entropy) == ("te_fused", "native_fused")
+
+
 def test_zero_bubble_is_its_megatron_lm_base_with_the_forks_launch_flags():
     """The zero-bubble fork as the paper ran it: --sequence-parallel, --use-distributed-optimizer and
     --enable-optimizer-post-validation on the legacy Megatron-LM model with eager attention (the paper's measured

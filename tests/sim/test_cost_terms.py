@@ -157,6 +157,7 @@ def test_megatron_fuses_qkv_and_fc1_gemms_but_eager_torch_does_not():
 @pytest.mark.parametrize("stack, forward, backward, launches", [
     ("megatron-lm-2021", 38, 14, (6, 1)),  # cast, max, subtract, exp, sum, normalise; product, cast back
     ("torchtitan", 22, 26, (3, 3)),  # cast, log-softmax, NLL; zero fill, log-softmax gradient, cast back
+    ("nemo-2024", 22, 10, (3, 1)),  # cast+max, subtract+exp+sum, normalise; product and cast back in one
 ])
 def test_unfused_cross_entropy_moves_what_its_kernels_read_and_write(stack, forward, backward, launches):
     """Bytes a logit moves through the stack's unfused loss, counted kernel by kernel by hand
