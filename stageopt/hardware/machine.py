@@ -179,7 +179,7 @@ class Gpu:
         executed = flops * (FLASH_BACKWARD_EXECUTED_FLOPS if backward else 1.0)
         mma = executed / (eff.peak_fraction * self.sustained_peak(dtype) * 1e12)
         exps = self.exp_seconds(flops / flops_per_score if flops_per_score > 0 else 0.0)
-        device = self.efficiency.launch_us * 1e-6 + mma + exps - self.efficiency.exp_overlap * min(mma, exps)
+        device = self.efficiency.launch_us * 1e-6 + mma + exps - self.efficiency.exps_hidden("best") * min(mma, exps)
         return max(device, self.efficiency.host_us * 1e-6)
 
     def vector_time_s(self, nbytes: float) -> float:
