@@ -75,7 +75,7 @@ def backward_share(forward: float, gpu: Gpu) -> float:
     backward the matmuls are the longer at every share in range.
     """
     r = gpu.peak("bf16") / (4 * REFERENCE_HEAD_DIM * gpu.exp_tops) if gpu.exp_tops else 0.0
-    hidden = gpu.efficiency.exp_overlap
+    hidden = gpu.efficiency.exps_hidden("best")
     inclusive_forward = 1 / (1 / forward + r - hidden * min(1 / forward, r))
     return 1 / (1 / (BACKWARD_TO_FORWARD * inclusive_forward) - (1 - hidden) * 0.4 * r)
 
