@@ -26,7 +26,8 @@ LOW_PRECISION_RECIPES = ("fp8", "nvfp4")
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")  # how FP8 casts are scaled (Megatron-Core's --fp8-recipe)
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
-FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1")
+FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1",
+                 "squared_relu")
 # hp_grad.add_(lp_grad.to(fp32)): read the bf16 gradient (2), write its fp32 copy (4), read the copy and the
 # fp32 buffer (4 + 4), write the buffer (4). Zeroing the bf16 gradients first is left out (version-dependent).
 GRAD_CAST_ADD_BYTES = 18

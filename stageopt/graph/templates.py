@@ -63,6 +63,14 @@ class Arch:
 # copy, 13 (6.5 passes). The cos/sin tables it builds each call are [seq, head dim]: negligible bytes.
 MCORE_UNFUSED_ROPE_PASSES = (6.0, 6.5)
 
+# Squared ReLU, torch.pow(F.relu(x), 2), where the stack leaves it to eager PyTorch (NeMo 2's
+# llm/fn/activation.py: "remove until we have serialization"): relu, then pow, each reading and writing the
+# tensor (2 passes); backward, autograd's pow gradient grad * (2 * x.pow(1)): the pow(1) copy (2 bytes read, 2
+# written), the product with 2 (4), the product with the gradient (6), then relu's threshold_backward (6), 20
+# bytes against the compiled kernel's 6 (read the gradient and the input, write the input's gradient).
+# Compiled (NeMo 1's and Megatron-Core's jit_fuser, torch.compile): one kernel each way.
+SQUARED_RELU_PASSES = (2.0, 20 / 6)
+
 # Unfused cross-entropy, per logit: the op streams its bf16 input and fp32 softmax (6 bytes a pass) forward and
 # the fp32 softmax, its gradient and the bf16 input gradient (10 bytes) backward; the loss's local sum adds 4
 # bytes each way. Megatron's vocab-parallel loss (core/tensor_parallel/cross_entropy.py) on ``logits.float()``:
@@ -240,8 +248,13 @@ def _mlp_core(b: GraphBuilder, h: Tensor, arch: Arch, width: sp.Expr, name: str)
     else:
         up = b.einsum(f"{name}.fc1", "bsh,hf->bsf", (h, weight(f"{name}.w1", (H, width), col)))
         up = _bias(b, up, arch, f"{name}.fc1", width, Layout.of(tp=Split(0)), fuse="bias_activation")
-        (act,) = b.vector(f"{name}.gelu", (up,), flops_per_elem=8, bwd_flops_per_elem=12, needs=("in0",),
-                          fuse="bias_activation")
+        if arch.activation == "squared_relu":
+            (act,) = b.vector(f"{name}.squared_relu", (up,), flops_per_elem=2, bwd_flops_per_elem=3, needs=("in0",),
+                              fuse="squared_relu", eager_passes=SQUARED_RELU_PASSES[0],
+                              bwd_eager_passes=SQUARED_RELU_PASSES[1])
+        else:
+            (act,) = b.vector(f"{name}.gelu", (up,), flops_per_elem=8, bwd_flops_per_elem=12, needs=("in0",),
+                              fuse="bias_activation")
     return b.einsum(f"{name}.down", "bsf,fh->bsh", (act, weight(f"{name}.w2", (width, H), Layout.of(tp=Split(0)))))
 
 

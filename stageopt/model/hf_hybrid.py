@@ -4,8 +4,7 @@ Why apart from :mod:`stageopt.model.load`: these families mix layer types (slidi
 attention; Mamba-2, attention and MLP layers), which their configs state in family-specific keys
 (``layer_types``, ``sliding_window_pattern``, ``hybrid_override_pattern``; StarCoder2 one ``sliding_window``
 for every layer). Stated approximations: a
-gated GELU (Gemma) is modelled as SwiGLU and squared ReLU (Nemotron-H) as GELU (same GEMMs, different
-elementwise op); GPT-OSS's attention sinks are priced as plain attention (its biases and its clamped
+gated GELU (Gemma) is modelled as SwiGLU (same GEMMs, different elementwise op); GPT-OSS's attention sinks are priced as plain attention (its biases and its clamped
 activation, ``swiglu_limit``, are modelled).
 """
 
@@ -91,7 +90,7 @@ def hybrid_fields(cfg: dict[str, Any], origin: str, num: Callable[..., int],
         if bad:
             raise ConfigError(f"{origin}: hybrid_override_pattern characters {bad} are not modelled "
                               "(M Mamba-2, * attention, - MLP)")
-        fields.update(layer_pattern="".join(_NEMOTRON_CHARS[c] for c in pattern), activation="gelu",
+        fields.update(layer_pattern="".join(_NEMOTRON_CHARS[c] for c in pattern), activation="squared_relu",
                       ssm_state=num("ssm_state_size"), ssm_heads=num("mamba_num_heads"),
                       ssm_head_dim=num("mamba_head_dim"), ssm_groups=num("n_groups", 1),
                       ssm_conv=num("conv_kernel", 4), ssm_chunk=num("chunk_size", 256))

@@ -17,7 +17,7 @@ from stageopt.model.layer_types import PATTERN_CHARS, kind_parts, layer_kinds
 
 FAMILIES = ("gpt", "llama", "moe")
 NORMS = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("gelu", "swiglu")
+ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
 ATTENTIONS = ("flash", "eager")
 POSITIONS = ("learned", "rope")
 ATTENTION_TYPES = ("mha", "mla")
@@ -76,6 +76,10 @@ class ModelSpec:
     output eagerly before its fused activation kernel (``weighted_bias_quick_geglu_impl``: two clamps and a
     concatenation forward, their masks and a concatenation of the gradients backward), which moves more
     bytes than the activation itself.
+
+    ``activation``: ``swiglu`` (gated), ``gelu`` or ``squared_relu`` (relu(x)^2, ungated: Nemotron-3 and
+    Nemotron-4, Nemotron-H's MLP layers). Whether squared ReLU runs as one compiled kernel or as eager PyTorch is
+    the stack's (the ``squared_relu`` fusion of its profile).
 
     ``qk_norm`` normalizes each head's query and key (RMSNorm over the head dimension) before RoPE: Qwen3,
     Gemma 3 and OLMo 2 (their Hugging Face configs' ``q_norm`` / ``k_norm``; Megatron-Core's ``--qk-layernorm``).

@@ -104,7 +104,9 @@ def serving_block(kind: str, arch: Arch) -> ServingBlock:
     return ServingBlock(kind=kind, ops=ops, cache=tuple(b.cache.values()))
 
 
-SERVING_FUSIONS = frozenset({"norm", "bias_dropout_add", "bias_activation", "rope", "cross_entropy", "qkv", "fc1"})
+# Squared ReLU: vLLM's ReLUSquaredActivation runs inside the model it compiles (torch.compile, V1's default).
+SERVING_FUSIONS = frozenset({"norm", "bias_dropout_add", "bias_activation", "rope", "cross_entropy", "qkv", "fc1",
+                             "squared_relu"})
 
 
 def inference_arch(model, tp: int) -> Arch:

@@ -144,6 +144,21 @@ def test_nemo_2024_is_megatron_core_with_megatron_cores_native_fused_loss():
     assert (base.cross_entropy, ours.cross_entropy) == ("te_fused", "native_fused")
 
 
+def test_nemo_2_runs_squared_relu_eagerly_and_nemo_1s_configs_without_loss_fusion_run_the_unfused_loss():
+    """NeMo 2's Nemotron activation is uncompiled PyTorch (NeMo 1's and Megatron-Core's are compiled); the NeMo 1
+    configs that leave cross_entropy_loss_fusion off run Megatron's vocab-parallel loss kernel by kernel, with the
+    bf16 gradients of the rest of nemo-2024."""
+    import dataclasses
+    nemo1, nemo2, unfused = (load_profile(n) for n in ("nemo-2024", "nemo2-2025", "nemo-2024-unfused-ce"))
+    differ = {f.name for f in dataclasses.fields(nemo2) if getattr(nemo2, f.name) != getattr(nemo1, f.name)}
+    assert differ == {"name", "description", "source", "fusions"}
+    assert set(nemo1.fusions) - set(nemo2.fusions) == {"squared_relu"}
+    differ = {f.name for f in dataclasses.fields(unfused) if getattr(unfused, f.name) != getattr(nemo1, f.name)}
+    assert differ == {"name", "description", "source", "cross_entropy"}
+    assert unfused.cross_entropy == "in_place" and unfused.default_grad_dtype("bf16") == "bf16"
+    assert all("squared_relu" in load_profile(n).fusions for n in ("megatron-core", "megatron-lm-2024"))
+
+
 def test_zero_bubble_is_its_megatron_lm_base_with_the_forks_launch_flags():
     """The zero-bubble fork as the paper ran it: --sequence-parallel, --use-distributed-optimizer and
     --enable-optimizer-post-validation on the legacy Megatron-LM model with eager attention (the paper's measured

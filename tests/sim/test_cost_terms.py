@@ -177,3 +177,22 @@ def test_unfused_cross_entropy_moves_what_its_kernels_read_and_write(stack, forw
     assert (fwd, bwd) == (forward + 4 / v, backward + 4 / v)
     loss = {o.name: o.launches for o in (*ce, *dce)}
     assert (loss["cross_entropy"], loss["dcross_entropy"]) == launches
+
+
+@pytest.mark.parametrize("stack, forward, backward, launches", [
+    ("megatron-core", 4, 6, (1, 1)),  # compiled: read x, write y; read dy and x, write dx
+    ("nemo2-2025", 8, 20, (2, 4)),  # relu, pow; pow(1) copy, x2, x dy, threshold_backward
+])
+def test_squared_relu_moves_what_its_kernels_read_and_write(stack, forward, backward, launches):
+    """Bytes an fc1 output element moves through squared ReLU, counted by hand (bf16, 2 bytes a read or write).
+    Eager ``torch.pow(F.relu(x), 2)``: relu 2 + 2, pow 2 + 2 forward; autograd's pow gradient
+    ``dy * (2 * r.pow(1))`` is a copy (4), a scalar product (4) and a product with dy (6), then relu's
+    threshold_backward (6). A compiled stack runs each direction as one kernel."""
+    _, blk = _block("gpt3-175b", [*SMALL, "activation=squared_relu", "bias=false"], "tp=1 mbs=1 gbs=1", stack)
+    s, f = 128, 1024
+    values = _values(B=1, S=s, H=256, F=f, tp=1, cp=1, ep=1)
+    fwd = next(o for o in blk.fwd if o.name == "mlp.squared_relu")
+    bwd = next(o for o in blk.bwd if o.name == "dmlp.squared_relu" and o.kind == "vector")
+    assert int(fwd.kernel_bytes.subs(values)) == forward * s * f
+    assert int(bwd.kernel_bytes.subs(values)) == backward * s * f
+    assert (fwd.launches, bwd.launches) == launches
