@@ -64,7 +64,10 @@ class FrameworkProfile:
     fused attention / FlashAttention-3 class, the GPU's ``attention_*`` figures)
     or ``fa2`` (FlashAttention-2, as PyTorch SDPA's flash backend ships; the
     GPU's ``attention_*.fa2_peak_fraction``, measured, or ``fa2_attention_scale``
-    of the best share where it is not). ``fusions`` lists the elementwise fusion
+    of the best share where it is not). ``attention_unpad``: the stack calls FlashAttention's variable-length
+    kernel through its padding helpers (flash_attn.bert_padding: a gather of the query, key and value rows
+    before, a zero-filled scatter of the output after, and their transposes in backward), as llm-foundry's
+    attn_impl flash does. ``fusions`` lists the elementwise fusion
     groups the stack launches as one kernel (:data:`FUSION_GROUPS`). ``pipeline_scatter_gather`` sends only a
     1/tp shard of each pipeline activation when sequence parallelism is off,
     re-gathered over NVLink on arrival (Megatron-LM since 2021).
@@ -183,6 +186,7 @@ class FrameworkProfile:
     schedules: tuple[str, ...] = SCHEDULE_NAMES
     fusions: tuple[str, ...] = ()
     attention_kernel: Literal["best", "fa2"] = "best"
+    attention_unpad: bool = False
     pipeline_scatter_gather: bool = False
     grad_bucket_params: float | None = 4e7
     grad_bucket_params_per_rank: float = 0.0

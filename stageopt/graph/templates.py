@@ -53,6 +53,7 @@ class Arch:
     expert_clamp: bool = False  # experts' gated-activation inputs clamped eagerly first (Megatron-Core training)
     qk_norm: bool = False  # per-head RMSNorm of queries and keys before RoPE (ModelSpec.qk_norm)
     loss: str = "in_place"  # the stack's unfused cross-entropy (FrameworkProfile.cross_entropy; LOSS_PASSES)
+    attention_unpad: bool = False  # flash attention through unpad/pad copies (FrameworkProfile.attention_unpad)
 
 
 # Eager RoPE where a stack leaves it unfused: torchtitan's cast to fp32 complex, multiply, cast back is about
@@ -70,6 +71,12 @@ MCORE_UNFUSED_ROPE_PASSES = (6.0, 6.5)
 # bytes against the compiled kernel's 6 (read the gradient and the input, write the input's gradient).
 # Compiled (NeMo 1's and Megatron-Core's jit_fuser, torch.compile): one kernel each way.
 SQUARED_RELU_PASSES = (2.0, 20 / 6)
+
+# FlashAttention's variable-length path through flash_attn.bert_padding (llm-foundry's attn_impl flash), per
+# element of each tensor: unpadding gathers the rows (read, write: one pass) and its gradient zero-fills a
+# buffer and scatters into it (a write, then a read and a write: 1.5 passes, two kernels); padding the output
+# is the transpose, 1.5 passes forward and one backward.
+UNPAD_PASSES, PAD_PASSES = (1.0, 1.5), (1.5, 1.0)
 
 # Unfused cross-entropy, per logit: the op streams its bf16 input and fp32 softmax (6 bytes a pass) forward and
 # the fp32 softmax, its gradient and the bf16 input gradient (10 bytes) backward; the loss's local sum adds 4
@@ -193,6 +200,13 @@ def parallel_layer(b: GraphBuilder, x: Tensor, arch: Arch, window: sp.Expr | Non
     return _residual_add(b, x, y, arch, "residual")
 
 
+def _padding_copy(b: GraphBuilder, t: Tensor, name: str, passes: float, bwd_passes: float) -> Tensor:
+    """A gather or scatter of a tensor's token rows (:data:`UNPAD_PASSES`); its gradient needs nothing saved."""
+    (out,) = b.vector(name, (t,), flops_per_elem=0, bwd_flops_per_elem=0, linear=True, eager_passes=passes,
+                      bwd_eager_passes=bwd_passes)
+    return out
+
+
 def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | None) -> Tensor:
     """QKV projections, attention and the row-parallel output projection of the normed input ``h``; returns
     the projection's output (a partial sum over TP).
@@ -219,6 +233,9 @@ def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | Non
         (k,) = b.vector("rope_k", (k,), flops_per_elem=3, bwd_flops_per_elem=3, fuse=fuse, eager_passes=passes,
                         bwd_eager_passes=bwd_passes)
     q, k, v = ulysses_scatter(b, arch, (q, k, v), 2)
+    unpad = arch.attention_unpad and arch.attention == "flash"
+    if unpad:
+        q, k, v = (_padding_copy(b, t, f"unpad_{n}", *UNPAD_PASSES) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     b.region = "attn_core"
     if arch.attention == "flash":
         band = 1 if window is None else (2 * sp.Min(window, S) * S - sp.Min(window, S) ** 2) / S**2
@@ -232,6 +249,8 @@ def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | Non
         probs = _dropout(b, probs, arch, "attn_dropout")
         o = b.einsum("context", "bsgrt,btgd->bsgrd", (probs, v), extra={"causal": True})
     b.region = ""
+    if unpad:
+        o = _padding_copy(b, o, "pad_output", *PAD_PASSES)
     (o,) = ulysses_gather(b, arch, (o,))
     return b.einsum("proj", "bsgrd,grdh->bsh", (o, weight("wo", (G, R, D, H), Layout.of(tp=Split(0)))))
 

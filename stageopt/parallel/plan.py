@@ -259,10 +259,12 @@ class Plan:
 
     @property
     def fsdp_step_sync(self) -> bool:
-        """ZeRO-3 held unsharded across micro-batches (:attr:`step_zero` 1): the step's gradient sync and
-        parameter gather are still FSDP's, one collective per wrapped module (``zero3_bucket_params``; None:
-        one per block), not the stack's gradient buckets, which only its DDP path uses."""
-        return self.zero == 3 and self.step_zero < 3
+        """The step's gradient sync and parameter gather are FSDP's, one collective per wrapped module
+        (``zero3_bucket_params``; None: one per block), not the stack's gradient buckets, which only its DDP
+        path uses: ZeRO-3 held unsharded across micro-batches (:attr:`step_zero` 1), and ZeRO-1/2 on an FSDP
+        stack (PyTorch FSDP's SHARD_GRAD_OP reduce-scatters and gathers per wrapped module as FULL_SHARD
+        does; it only keeps the gathered parameters from forward to backward)."""
+        return (self.zero == 3 and self.step_zero < 3) or (self.framework.fsdp and self.zero in (1, 2))
 
     @property
     def dp_sync_bucket_params(self):

@@ -196,3 +196,24 @@ def test_squared_relu_moves_what_its_kernels_read_and_write(stack, forward, back
     assert int(fwd.kernel_bytes.subs(values)) == forward * s * f
     assert int(bwd.kernel_bytes.subs(values)) == backward * s * f
     assert (fwd.launches, bwd.launches) == launches
+
+
+def test_flash_attention_through_unpadding_moves_its_gathers_and_scatters():
+    """llm-foundry's attn_impl flash (profile llm-foundry-flash) gathers the query, key and value rows before
+    FlashAttention's varlen kernel and scatters its output into a zero-filled buffer after: per bf16 element,
+    a gather reads 2 and writes 2 bytes (one kernel), a scatter into zeros writes 2, then reads 2 and writes 2
+    (two kernels). Backward is the transpose: the output's gradient gathered (4), each input's scattered (6).
+    MHA with s=128, h=256: every tensor holds s*h elements. attn_impl triton (llm-foundry) has none of them."""
+    s, h = 128, 256
+    values = _values(B=1, S=s, H=h, G=4, R=1, D=64, tp=1, cp=1, ep=1)  # SMALL's 4 heads of 64
+    _, blk = _block("gpt3-175b", [*SMALL, "bias=false"], "tp=1 mbs=1 gbs=1", "llm-foundry-flash")
+
+    def moved(ops):
+        """Bytes an element and kernels of each padding copy, by name."""
+        return {o.name: (int(o.kernel_bytes.subs(values)) // (s * h), o.launches)
+                for o in ops if "pad" in o.name and o.kind == "vector"}
+
+    assert moved(blk.fwd) == {"unpad_q": (4, 1), "unpad_k": (4, 1), "unpad_v": (4, 1), "pad_output": (6, 2)}
+    assert moved(blk.bwd) == {"dunpad_q": (6, 2), "dunpad_k": (6, 2), "dunpad_v": (6, 2), "dpad_output": (4, 1)}
+    _, triton = _block("gpt3-175b", [*SMALL, "bias=false"], "tp=1 mbs=1 gbs=1", "llm-foundry")
+    assert not [o for o in (*triton.fwd, *triton.bwd) if "pad" in o.name]
