@@ -259,11 +259,9 @@ class Plan:
 
     @property
     def fsdp_step_sync(self) -> bool:
-        """The step's gradient sync and parameter gather are FSDP's, one collective per wrapped module
-        (``zero3_bucket_params``; None: one per block), not the stack's gradient buckets, which only its DDP
-        path uses: ZeRO-3 held unsharded across micro-batches (:attr:`step_zero` 1), and ZeRO-1/2 on an FSDP
-        stack (PyTorch FSDP's SHARD_GRAD_OP reduce-scatters and gathers per wrapped module as FULL_SHARD
-        does; it only keeps the gathered parameters from forward to backward)."""
+        """The step's sync is FSDP's, one collective per wrapped module (``zero3_bucket_params``; None: per
+        block), not the DDP path's gradient buckets: ZeRO-3 held unsharded across micro-batches (:attr:`step_zero`
+        1), and ZeRO-1/2 on an FSDP stack (SHARD_GRAD_OP reduce-scatters and gathers per module as FULL_SHARD)."""
         return (self.zero == 3 and self.step_zero < 3) or (self.framework.fsdp and self.zero in (1, 2))
 
     @property
