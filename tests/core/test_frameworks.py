@@ -144,6 +144,17 @@ def test_nemo_2024_is_megatron_core_with_megatron_cores_native_fused_loss():
     assert (base.cross_entropy, ours.cross_entropy) == ("te_fused", "native_fused")
 
 
+def test_megatron_lm_2025_is_megatron_core_with_the_native_fused_loss():
+    """Megatron-LM's Llama example script of June 2025 passes --cross-entropy-loss-fusion, whose implementation
+    defaults to Megatron-Core's native one, and --grad-reduce-in-bf16: megatron-core but for the loss."""
+    import dataclasses
+    base, ours = load_profile("megatron-core"), load_profile("megatron-lm-2025")
+    differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
+    assert differ == {"name", "description", "source", "cross_entropy", "fusions"}
+    assert set(base.fusions) - set(ours.fusions) == {"cross_entropy"}
+    assert ours.cross_entropy == "native_fused" and ours.default_grad_dtype("bf16") == "bf16"
+
+
 def test_nemo_2_runs_squared_relu_eagerly_and_nemo_1s_configs_without_loss_fusion_run_the_unfused_loss():
     """NeMo 2's Nemotron activation is uncompiled PyTorch (NeMo 1's and Megatron-Core's are compiled); the NeMo 1
     configs that leave cross_entropy_loss_fusion off run Megatron's vocab-parallel loss kernel by kernel, with the
