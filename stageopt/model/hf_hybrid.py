@@ -3,9 +3,9 @@
 Why apart from :mod:`stageopt.model.load`: these families mix layer types (sliding-window and global
 attention; Mamba-2, attention and MLP layers), which their configs state in family-specific keys
 (``layer_types``, ``sliding_window_pattern``, ``hybrid_override_pattern``; StarCoder2 one ``sliding_window``
-for every layer). Stated approximations: a
-gated GELU (Gemma) is modelled as SwiGLU (same GEMMs, different elementwise op); GPT-OSS's attention sinks are priced as plain attention (its biases and its clamped
-activation, ``swiglu_limit``, are modelled).
+for every layer). Stated approximations: a gated GELU (Gemma) is modelled as SwiGLU (same GEMMs, different
+elementwise op); GPT-OSS's attention sinks are priced as plain attention (its biases and its clamped
+activation, ``swiglu_limit``, are modelled). Nemotron-H's MLP layers are squared ReLU.
 """
 
 from __future__ import annotations
