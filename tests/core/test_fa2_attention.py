@@ -52,3 +52,16 @@ def test_without_a_measured_share_fa2_is_a_scale_of_the_best():
     assert eff.attention_forward.fa2_peak_fraction is None
     expected = by_hand(hw, eff.fa2_attention_scale * eff.attention_forward.peak_fraction)
     assert forward_s(hw, "fa2") == pytest.approx(expected, rel=1e-9)
+
+
+def test_2024s_cudnn_runs_at_its_benchmarked_share_of_todays():
+    """cuDNN's own H200 benchmark, causal BF16 head dim 128 at 4K, 8K, 16K and 32K tokens: cuDNN 9.1 reached
+    542.3 / 572.9 / 586.8 / 577.3 TFLOP/s forward, cuDNN 9.19 591 / 644 / 673 / 688; the mean of the ratios is
+    the share ``cudnn-2024`` takes of the best kernel's."""
+    from stageopt.hardware.efficiency import CUDNN_2024_SHARE
+    ratios = [542.3 / 591, 572.9 / 644, 586.8 / 673, 577.3 / 688]
+    assert CUDNN_2024_SHARE == pytest.approx(sum(ratios) / len(ratios), abs=0.005)
+    hw = load_hardware("h100-sxm")
+    share = CUDNN_2024_SHARE * hw.gpu.efficiency.attention_forward.peak_fraction
+    assert forward_s(hw, "cudnn-2024") == pytest.approx(by_hand(hw, share, overlapped=True), rel=1e-9)
+    assert forward_s(hw, "cudnn-2024") > forward_s(hw, "best")

@@ -128,9 +128,11 @@ def test_megatron_lm_2024_is_megatron_core_with_the_scripts_gradient_and_loss_de
     import dataclasses
     base, ours = load_profile("megatron-core"), load_profile("megatron-lm-2024")
     differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
-    assert differ == {"name", "description", "source", "grad_reduce_dtype", "cross_entropy", "fusions"}
+    assert differ == {"name", "description", "source", "grad_reduce_dtype", "cross_entropy", "fusions",
+                      "attention_kernel"}
     assert set(base.fusions) - set(ours.fusions) == {"cross_entropy"}
     assert ours.default_grad_dtype("bf16") == "fp32" and base.default_grad_dtype("bf16") == "bf16"
+    assert (base.attention_kernel, ours.attention_kernel) == ("best", "cudnn-2024")
 
 
 def test_nemo_2024_is_megatron_core_with_megatron_cores_native_fused_loss():
@@ -139,9 +141,10 @@ def test_nemo_2024_is_megatron_core_with_megatron_cores_native_fused_loss():
     import dataclasses
     base, ours = load_profile("megatron-core"), load_profile("nemo-2024")
     differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
-    assert differ == {"name", "description", "source", "cross_entropy", "fusions"}
+    assert differ == {"name", "description", "source", "cross_entropy", "fusions", "attention_kernel"}
     assert set(base.fusions) - set(ours.fusions) == {"cross_entropy"}
     assert (base.cross_entropy, ours.cross_entropy) == ("te_fused", "native_fused")
+    assert ours.attention_kernel == "cudnn-2024"
 
 
 def test_megatron_lm_2025_is_megatron_core_with_the_native_fused_loss():
@@ -162,7 +165,8 @@ def test_nemo_2_runs_squared_relu_eagerly_and_nemo_1s_configs_without_loss_fusio
     import dataclasses
     nemo1, nemo2, unfused = (load_profile(n) for n in ("nemo-2024", "nemo2-2025", "nemo-2024-unfused-ce"))
     differ = {f.name for f in dataclasses.fields(nemo2) if getattr(nemo2, f.name) != getattr(nemo1, f.name)}
-    assert differ == {"name", "description", "source", "fusions"}
+    assert differ == {"name", "description", "source", "fusions", "attention_kernel"}
+    assert (nemo1.attention_kernel, nemo2.attention_kernel) == ("cudnn-2024", "best")
     assert set(nemo1.fusions) - set(nemo2.fusions) == {"squared_relu"}
     differ = {f.name for f in dataclasses.fields(unfused) if getattr(unfused, f.name) != getattr(nemo1, f.name)}
     assert differ == {"name", "description", "source", "cross_entropy"}
