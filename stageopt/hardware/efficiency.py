@@ -113,7 +113,8 @@ FLASH_BACKWARD_EXECUTED_FLOPS = 2.5 / 2.0
 # by NVIDIA/cudnn-frontend at two dates: cuDNN 9.1.0 (benchmark/benchmark_results.csv @b740542, 2024-05; 16 heads)
 # against cuDNN 9.19.1 (benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn @df73764, 2026-02; 64 query
 # heads, 8 KV heads). The 2024 kernel reaches 0.880 of today's forward rate and 0.878 of its backward, on average
-# over the four lengths (0.92-0.84 and 0.94-0.86): the ``cudnn-2024`` attention of the stacks of that year.
+# over the four lengths (0.92-0.84 and 0.94-0.86; experiments/kernels/cudnn_sdpa_h200.csv): the ``cudnn-2024``
+# attention of the stacks of that year.
 CUDNN_2024_SHARE = 0.88
 
 
