@@ -61,8 +61,8 @@ class FrameworkProfile:
     dp > 1; ``fsdp`` makes ZeRO-3 (parameters too) the default. ``dp_bucket``
     is the granularity of gradient synchronisation in traces and replay.
     ``attention_kernel`` is the fused attention implementation: ``best`` (today's cuDNN
-    fused attention / FlashAttention-3 class, the GPU's ``attention_*`` figures), ``cudnn-2024`` (the cuDNN 9.0-9.3
-    that 2024's containers shipped, :data:`stageopt.hardware.efficiency.CUDNN_2024_SHARE` of the best rate)
+    fused attention / FlashAttention-3 class, the GPU's ``attention_*`` figures), ``cudnn-2024`` (the cuDNN that 2024's
+    containers shipped, :data:`stageopt.hardware.efficiency.CUDNN_2024_SHARE` of the best rate)
     or ``fa2`` (FlashAttention-2, as PyTorch SDPA's flash backend ships; the
     GPU's ``attention_*.fa2_peak_fraction``, measured, or ``fa2_attention_scale``
     of the best share where it is not). ``attention_unpad``: the stack calls FlashAttention's variable-length

@@ -215,7 +215,8 @@ class GpuEfficiency:
         check_fields(self)
 
     def exps_hidden(self, attention_kernel: str) -> float:
-        """Share of the softmax exponentials the stack's attention kernel (best | cudnn-2024 | fa2) runs under its matmuls."""
+        """Share of the softmax exponentials the stack's attention kernel (best | cudnn-2024 | fa2) runs under its
+        matmuls."""
         return 0.0 if attention_kernel == "fa2" else self.exp_overlap
 
     @property
