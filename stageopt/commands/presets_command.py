@@ -55,11 +55,24 @@ def run(args: argparse.Namespace) -> int:
                       align=["left", "left", "right", "right", "right", "right", "right", "right", "right"]))
     print(f"\nframeworks (default {DEFAULT_FRAMEWORK}):")
     profiles = [load_profile(n) for n in list_profiles()]
-    print(render_rows(["name", "low precision", "fp8 recipe", "NCCL", "description"],
-                      [[p.name, ", ".join(p.low_precision) or "-", p.fp8_recipe if "fp8" in p.low_precision else "-",
-                        p.nccl_release or "(hardware)", p.description] for p in profiles],
-                      align=["left", "left", "left", "left", "left"]))
+    print(render_rows(["name", "attention", "low precision", "fp8 recipe", "NCCL", "description"],
+                      [[p.name, _attention(p), ", ".join(p.low_precision) or "-",
+                        p.fp8_recipe if "fp8" in p.low_precision else "-", p.nccl_release or "(hardware)",
+                        p.description] for p in profiles],
+                      align=["left", "left", "left", "left", "left", "left"]))
     return 0
+
+
+# How the table names each fused attention kernel a profile can run (FrameworkProfile.attention_kernel).
+ATTENTION_KERNEL_LABELS = {"best": "cuDNN today", "cudnn-2024": "cuDNN 2024", "fa2": "FlashAttention-2"}
+
+
+def _attention(profile) -> str:
+    """The attention a profile prices: eager (unfused softmax), the model's choice, or its fused kernel."""
+    if profile.attention == "eager":
+        return "eager"
+    kernel = ATTENTION_KERNEL_LABELS.get(profile.attention_kernel, profile.attention_kernel)
+    return kernel if profile.attention == "flash" else f"model's ({kernel} if flash)"
 
 
 def _accuracy(hw) -> str:

@@ -195,7 +195,11 @@ def test_outputs_name_the_profile(capsys):
     out = capsys.readouterr().out
     assert '"framework": "torchtitan"' in out and "zero=3" in out
     assert main(["presets"]) == 0
-    assert "megatron-lm-2021" in capsys.readouterr().out
+    table = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "megatron-lm-2021" in table
+    # the attention each profile prices, as the kernel model reads attention / attention_kernel
+    assert "eager" in table["megatron-lm-2021"] and "cuDNN 2024" in table["nemo-2024"]
+    assert "cuDNN today" in table["megatron-core"] and "FlashAttention-2" in table["torchtitan-2025"]
 
 
 def test_bad_framework_on_the_cli_is_one_line_exit_2(capsys):
