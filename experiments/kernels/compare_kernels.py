@@ -100,7 +100,8 @@ def fit_gemms(hw, rows: list[dict], dtype: str, clock: float) -> list[str]:
 def attention_shares(hw, rows: list[dict], clock: float) -> dict:
     """{(backend, phase): [(share at the clock it ran, share at ``clock``), ...]} over causal head-dim-128
     attention at 4K-32K tokens (executed FLOPs, exponentials priced apart as the model does: cuDNN's under its
-    matmuls by the preset's ``exp_overlap``, the longer part; FlashAttention-2's and the others' after them)."""
+    matmuls by the preset's ``exp_overlap``, the longer part; FlashAttention-2's and the others' after them;
+    cuDNN's fixed cost per 128-row tile, the preset's ``tile_us``, taken off as well)."""
     peak = hw.gpu.sustained_peak("bf16") * 1e12
     exp_rate = hw.gpu.exp_tops * 1e12
     shares = {}
@@ -109,10 +110,13 @@ def attention_shares(hw, rows: list[dict], clock: float) -> dict:
         if not causal or s < 4096:
             continue
         flops, scores = 4 * b * h * s * s * d / 2, b * h * s * s / 2
-        exposed = (1 - hw.gpu.efficiency.exps_hidden("best" if r["backend"] == "cudnn" else "fa2")) * scores / exp_rate
+        cudnn = r["backend"] == "cudnn"
+        exposed = (1 - hw.gpu.efficiency.exps_hidden("best" if cudnn else "fa2")) * scores / exp_rate
         for phase, executed in (("fwd", flops), ("bwd", 2.5 * flops)):
-            raw = float(r[f"{phase}_seconds"]) - exposed
-            scaled = float(r[f"{phase}_seconds"]) * float(r["sm_mhz"]) / clock - exposed
+            kernel = hw.gpu.efficiency.attention_backward if phase == "bwd" else hw.gpu.efficiency.attention_forward
+            tiles = b * h * s / 128 * (kernel.tile_us if cudnn else 0.0) * 1e-6 / hw.gpu.sm_count  # fixed tile costs
+            raw = float(r[f"{phase}_seconds"]) - exposed - tiles
+            scaled = float(r[f"{phase}_seconds"]) * float(r["sm_mhz"]) / clock - exposed - tiles
             shares.setdefault((r["backend"], phase), []).append((executed / raw / peak, executed / scaled / peak))
     return shares
 

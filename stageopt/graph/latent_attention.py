@@ -27,6 +27,7 @@ from stageopt.graph.templates import (
     _dropout,
     _norm,
     _residual_add,
+    ring_calls,
     ulysses_gather,
     ulysses_scatter,
     weight,
@@ -52,7 +53,7 @@ def _attention_core(b: GraphBuilder, arch: Arch, q: Tensor, k: Tensor, v: Tensor
     rows = q.local_dim(0) * q.local_dim(1) * q.local_dim(2)  # query positions x heads on this rank
     flops = 2 * rows * S * (DN + DR + DV)  # Q K^T over DN + DR, then P V over DV, whole s x s (MFU convention)
     b.emit(Op(name="attn", kind="attention", inputs=(q, k, v), outputs=(out,), flops=flops,
-              attrs={"causal": True, "spec": "mla", "gemm": score_shape(2 * (DN + DR + DV), S / 2)}))
+              attrs={"causal": True, "spec": "mla", "gemm": score_shape(2 * (DN + DR + DV), S / 2 / ring_calls(arch), 1 / ring_calls(arch))}))
     return out
 
 

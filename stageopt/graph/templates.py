@@ -16,7 +16,7 @@ import sympy as sp
 
 from stageopt.graph.builder import GraphBuilder
 from stageopt.graph.layout import PARTIAL, Layout, Split
-from stageopt.graph.symbols import B, D, F, G, H, R, S, V
+from stageopt.graph.symbols import B, CP, D, F, G, H, R, S, V
 from stageopt.graph.tensor import Op, Tensor, score_shape
 
 ACT = 2  # bytes of a bf16 activation
@@ -117,6 +117,13 @@ def ulysses_gather(b: GraphBuilder, arch: Arch, tensors: tuple[Tensor, ...]) -> 
     if axis is None:
         return tensors
     return tuple(b.convert(t, t.layout.with_(axis, Split(1))) for t in tensors)
+
+
+def ring_calls(arch: Arch) -> sp.Expr:
+    """Attention kernel calls a query row's keys take: ring context parallelism (p2p, and the ring part of
+    a2a+p2p) calls the kernel once per K/V chunk as the chunks go round (Transformer Engine's
+    ``AttnFuncWithCPAndKVP2P``); all-gather and Ulysses call it once over all keys."""
+    return CP if arch.cp_comm in ("p2p", "a2a+p2p") else sp.Integer(1)
 
 
 def sequence_split(arch: Arch) -> dict[str, Split]:
@@ -239,10 +246,11 @@ def _attention_mix(b: GraphBuilder, h: Tensor, arch: Arch, window: sp.Expr | Non
     b.region = "attn_core"
     if arch.attention == "flash":
         band = 1 if window is None else (2 * sp.Min(window, S) * S - sp.Min(window, S) ** 2) / S**2
-        # keys a query row keeps, S band / 2 on average, per mask edge (a window below S has two)
-        per_edge = S / 2 if window is None else band * S / 4
+        ring = ring_calls(arch)  # keys a query row keeps (S band / 2 on average), over the ring's calls
+        edges = 1 if window is None else 2  # a window below S has two mask edges
+        shape = score_shape(4 * D, band * S / 2 / ring, sp.Integer(edges) / ring)
         o = b.einsum("attn", "bsgrd,btgd,btgd->bsgrd", (q, k, v), kind="attention",
-                     flops_scale=2 * band, extra={"causal": True, "gemm": score_shape(4 * D, per_edge)})
+                     flops_scale=2 * band, extra={"causal": True, "gemm": shape})
     else:
         scores = b.einsum("scores", "bsgrd,btgd->bsgrt", (q, k), extra={"causal": True})
         (probs,) = b.vector("softmax", (scores,), flops_per_elem=5, bwd_flops_per_elem=4, needs=("out0",))

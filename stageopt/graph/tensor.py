@@ -67,24 +67,27 @@ class Collective:
         return sp.Max(self.input_bytes, self.output_bytes) if self.kind != "all_reduce" else self.input_bytes
 
 
-def score_shape(flops_per_score: sp.Expr, keys_per_edge: sp.Expr = sp.Integer(0)) -> tuple[sp.Expr, ...]:
-    """The ``gemm`` attribute of a flash-attention op: (0, keys per mask edge, FLOPs per score, 0, 0).
+def score_shape(flops_per_score: sp.Expr, keys_per_row: sp.Expr = sp.Integer(0),
+                edges: sp.Expr = sp.Integer(0)) -> tuple[sp.Expr, ...]:
+    """The ``gemm`` attribute of a flash-attention op: (mask edges, keys per query row, FLOPs per score, 0, 0).
 
     A fused attention kernel has no GEMM shape of its own; its ``k`` slot carries
     the FLOPs it spends per query-key score (4 x head dim forward), so the kernel
     model counts the exponentials its softmax computes as ``flops / k``. Its ``n``
-    slot carries the keys a query row keeps per edge of its mask (``S / 2`` for
-    causal attention over ``S`` keys; 0: no mask), from which the kernel model
-    prices the blocks a mask edge cuts across (``GpuEfficiency.attention_tile``).
+    slot carries the keys one kernel call visits per query row (``S / 2`` for
+    causal attention over ``S`` keys; 0: not given), from which the kernel model
+    counts the kernel's tiles (``KernelEfficiency.tile_us``), and its ``m`` slot the
+    mask edges a row meets per call (1 causal, 2 for a sliding window), whose
+    blocks are computed whole (``GpuEfficiency.attention_tile``).
     """
     zero = sp.Integer(0)
-    return (zero, sp.sympify(keys_per_edge), sp.sympify(flops_per_score), zero, zero)
+    return (sp.sympify(edges), sp.sympify(keys_per_row), sp.sympify(flops_per_score), zero, zero)
 
 
 def backward_score_shape(forward: "Op") -> tuple[sp.Expr, ...]:
     """The backward kernel's scores are the forward's (each recomputed once), over twice its model FLOPs."""
     fwd = forward.attrs.get("gemm")
-    return score_shape(2 * fwd[2], fwd[1]) if fwd is not None else (sp.Integer(0),) * 5
+    return score_shape(2 * fwd[2], fwd[1], fwd[0]) if fwd is not None else (sp.Integer(0),) * 5
 
 
 @dataclass(eq=False, slots=True)

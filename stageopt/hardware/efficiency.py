@@ -38,6 +38,15 @@ microbenchmark measures, with a physical range enforced on it:
   ``1 + T / S`` times its unmasked half. FlashAttention-3 and cuDNN's fused attention
   run 128 x 128 blocks at head dim 128 on Hopper (FlashAttention-2 128 x 64 forward on
   Ampere: the larger side sets the waste);
+* ``attention_*.tile_us``: what one tile of a fused attention kernel (``attention_tile`` query rows
+  forward, as many key rows backward) costs its SM beyond its blocks of scores: loading the tile and
+  filling the pipeline before the loop over the other operand, normalizing and storing the result after
+  it. A kernel of ``t`` tiles pays ``t x tile_us / sm_count`` on top of its FLOPs, so short key loops
+  (short sequences, sliding windows, ring context parallelism's one chunk per call) run further below
+  peak. Fitted to cuDNN's own SDPA benchmark together with the share of peak
+  (``experiments/kernels/attention_tiles.py``: one share and one tile cost per pass reproduce every
+  sequence length, head dim 64 to 256, causal, unmasked and windowed, where a share alone misses by 14-18%);
+  0 where no such benchmark was run;
 * ``exp_overlap``: the share of the softmax exponentials (``gpu.exp_tops``) the best attention
   kernel runs while its tensor cores work, so that a kernel costs
   ``matmuls + exps - exp_overlap x min(matmuls, exps)``. FlashAttention-3 on Hopper pipelines one
@@ -129,6 +138,8 @@ class KernelEfficiency:
     peak_fraction: float = field(metadata=bounds(gt=0.2, le=0.95, doc="asymptotic fraction of peak"))
     fa2_peak_fraction: float | None = field(default=None, metadata=bounds(
         gt=0.05, le=0.95, doc="FlashAttention-2's fraction of peak (null: fa2_attention_scale x peak_fraction)"))
+    tile_us: float = field(default=0.0, metadata=bounds(
+        ge=0, le=50, doc="fixed cost of one attention tile (query tile forward, key tile backward), on one SM"))
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -21,7 +21,9 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
   the special-function units (``gpu.exp_tops``), which a FlashAttention-2 class
   kernel waits for between its two matmuls and a Hopper or Blackwell kernel runs
   under them (``exp_overlap``); its ``k`` carries its FLOPs per score (4 x head dim
-  forward), so a kernel's scores are ``flops / k``;
+  forward), so a kernel's scores are ``flops / k``; and each of its tiles (128 query
+  rows forward, 128 key rows backward) costs its SM ``tile_us`` more, before and after
+  its loop over the other operand, which short key loops feel most;
 * a **vector** kernel streams its bytes at the achievable HBM bandwidth; one that
   draws a random number per element (``vector_random``: dropout) at the share of
   it ``random_fraction`` says.
@@ -141,20 +143,38 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
         wgrad, written * (wgrad_store_bytes / DTYPE_BYTES[high]), written)
     matmul = launch + np.maximum(padded / (fraction * peak), reads) + store + cast
     attn_peak = gpu.sustained_peak(high) * 1e12 / slowest
-    # causal kernels skip the masked half, but compute whole every block a mask edge cuts across: half a block
-    # of keys more per query row and edge than the row keeps (kern.n: the keys it keeps per edge)
-    edge = np.where(kern.n > 0, 1.0 + 0.5 * eff.attention_tile / np.maximum(kern.n, 1.0), 1.0)
-    computed = kern.flops * np.where(kern.code == 2, 0.5 * edge, 1.0)
-    attn_flops = computed * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0)
-    attn_fraction = np.where(kern.backward, eff.attention_backward.fraction(attention_kernel, eff.fa2_attention_scale),
-                             eff.attention_forward.fraction(attention_kernel, eff.fa2_attention_scale))
-    scores = np.where(kern.k > 0, computed / np.maximum(kern.k, 1), 0.0)
-    mma, exps = attn_flops / (attn_fraction * attn_peak), gpu.exp_seconds(scores) * slowest
-    attention = launch + mma + exps - eff.exps_hidden(attention_kernel) * np.minimum(mma, exps)
+    attention = launch + _attention_seconds(hw, kern, attention_kernel, attn_peak, slowest)
     # a kernel drawing a random number per element (dropout's Philox) streams at a share of the copy rate
     vector = launch * launches + memory / np.where(kern.code == 4, eff.random_fraction, 1.0)
     device = np.where(kern.code >= 3, vector, np.where(kern.code == 0, matmul, attention))
     return np.maximum(device, host * (launches + cast_launches))
+
+
+def _attention_seconds(hw: Hardware, kern: Kernels, attention_kernel: str, peak: float, slowest) -> np.ndarray:
+    """A fused attention kernel, launch aside: its computed blocks at the kernel's share of peak, the
+    exponentials it does not hide, and the fixed cost of each of its tiles (``tile_us``).
+
+    Causal kernels skip the masked half but compute whole every block a mask edge cuts across: half a
+    block of keys more per query row and edge than the row keeps (``kern.n`` keys per row and call,
+    ``kern.m`` edges). The tiles are the query rows x heads (``kept scores / kern.n``) over the tile side;
+    their cost was measured on cuDNN, so a FlashAttention-2 kernel, whose share was measured whole, pays none.
+    """
+    gpu, eff = hw.gpu, hw.gpu.efficiency
+    tile = eff.attention_tile
+    keys = np.maximum(kern.n, 1.0)
+    edge = np.where(kern.n > 0, 1.0 + 0.5 * tile * kern.m / keys, 1.0)
+    kept = kern.flops * np.where(kern.code == 2, 0.5, 1.0)
+    computed = kept * edge
+    attn_flops = computed * np.where(kern.backward, FLASH_BACKWARD_EXECUTED_FLOPS, 1.0)
+    forward, backward = eff.attention_forward, eff.attention_backward
+    attn_fraction = np.where(kern.backward, backward.fraction(attention_kernel, eff.fa2_attention_scale),
+                             forward.fraction(attention_kernel, eff.fa2_attention_scale))
+    scores = np.where(kern.k > 0, computed / np.maximum(kern.k, 1), 0.0)
+    mma, exps = attn_flops / (attn_fraction * peak), gpu.exp_seconds(scores) * slowest
+    tiles = np.where((kern.n > 0) & (kern.k > 0), kept / np.maximum(kern.k, 1) / keys / tile, 0.0)
+    tile_us = np.where(kern.backward, backward.tile_us, forward.tile_us) if attention_kernel != "fa2" else 0.0
+    tile_s = tiles * tile_us * 1e-6 / gpu.sm_count * slowest
+    return mma + exps - eff.exps_hidden(attention_kernel) * np.minimum(mma, exps) + tile_s
 
 
 def cast_launches(dtype: str, kern: Kernels, fp8_recipe: str = "delayed") -> np.ndarray:

@@ -8,8 +8,8 @@ is fitted to the step, so this checks the itemization as a whole: which kernels 
 torchtitan profiles launch, their bytes and FLOPs, and the launch costs between them.
 The kernels timed alone ran at their own SM clocks (GEMMs at a median 1,395 MHz under a
 GEMM-only load), the step at 1,440-1,560 MHz: scaled to the step's measured clock
-(compare_step.py's "at step clock"), the four steps come out -2.5% to +0.2%; at the
-clocks the kernels ran alone, +1.6% to +4.6% (the GEMMs then priced slow, the
+(compare_step.py's "at step clock"), the four steps come out -2.5% to +0.3%; at the
+clocks the kernels ran alone, +1.9% to +4.6% (the GEMMs then priced slow, the
 element-wise kernels, now with the loss's kernels as the profiler times them, about right).
 """
 
