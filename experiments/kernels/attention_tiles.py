@@ -31,10 +31,12 @@ HERE = Path(__file__).parent
 PRESETS = {"H200": "h200-sxm", "GB200": "gb200-nvl72"}
 
 
-def load_rows(path: Path = HERE / "cudnn_sdpa_shapes.csv") -> list[dict]:
-    """The benchmark's rows; GB200's deterministic backward runs are left out where the default one ran."""
-    rows = list(csv.DictReader(open(path)))
-    return [r for r in rows if not (r["gpu"] == "GB200" and r["deterministic"] == "True")]
+def load_rows(path: Path = HERE / "cudnn_sdpa_shapes.csv", gpu: str | None = None,
+              phase: str | None = None) -> list[dict]:
+    """The benchmark's rows (of one GPU and pass if given); GB200's deterministic backward runs are left out
+    where the default one ran."""
+    rows = [r for r in csv.DictReader(open(path)) if not (r["gpu"] == "GB200" and r["deterministic"] == "True")]
+    return [r for r in rows if gpu in (None, r["gpu"]) and phase in (None, r["pass"])]
 
 
 def benchmark_kernels(rows: list[dict]) -> Kernels:
@@ -75,18 +77,18 @@ def fit(preset: str, rows: list[dict], with_tiles: bool) -> tuple[float, float, 
             return np.full(len(rows), 10.0)
         return priced(preset, share, tile_us, kern) / measured - 1
 
-    best = minimize(lambda x: np.mean(np.abs(errors(x))), [0.6, 3.0] if with_tiles else [0.6], method="Nelder-Mead")
+    start = [0.6, 3.0] if with_tiles else [0.6]
+    best = minimize(lambda x: np.mean(np.abs(errors(x))), start, method="Nelder-Mead")
     x = best.x
     return float(x[0]), float(x[1]) if with_tiles else 0.0, errors(x)
 
 
 def main() -> None:
-    rows = load_rows()
     print("| GPU | pass | kernels | share alone: share, MAPE (worst) | share + tile cost: share, tile_us, MAPE (worst) |")
     print("| --- | --- | --- | --- | --- |")
     for gpu, preset in PRESETS.items():
         for phase in ("fwd", "bwd"):
-            sel = [r for r in rows if r["gpu"] == gpu and r["pass"] == phase]
+            sel = load_rows(gpu=gpu, phase=phase)
             a, _, ea = fit(preset, sel, False)
             b, tile, eb = fit(preset, sel, True)
             print(f"| {gpu} | {phase} | {len(sel)} | {a:.3f}, {100 * np.mean(np.abs(ea)):.1f}% "

@@ -52,8 +52,10 @@ def _attention_core(b: GraphBuilder, arch: Arch, q: Tensor, k: Tensor, v: Tensor
     out = Tensor(name="attn", shape=(B, S, G, DV), layout=q.layout, dtype_bytes=ACT)
     rows = q.local_dim(0) * q.local_dim(1) * q.local_dim(2)  # query positions x heads on this rank
     flops = 2 * rows * S * (DN + DR + DV)  # Q K^T over DN + DR, then P V over DV, whole s x s (MFU convention)
+    ring = ring_calls(arch)  # keys a query row keeps (S / 2 on average), over the ring's calls
+    shape = score_shape(2 * (DN + DR + DV), S / 2 / ring, 1 / ring)
     b.emit(Op(name="attn", kind="attention", inputs=(q, k, v), outputs=(out,), flops=flops,
-              attrs={"causal": True, "spec": "mla", "gemm": score_shape(2 * (DN + DR + DV), S / 2 / ring_calls(arch), 1 / ring_calls(arch))}))
+              attrs={"causal": True, "spec": "mla", "gemm": shape}))
     return out
 
 

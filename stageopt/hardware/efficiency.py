@@ -45,7 +45,7 @@ microbenchmark measures, with a physical range enforced on it:
   (short sequences, sliding windows, ring context parallelism's one chunk per call) run further below
   peak. Fitted to cuDNN's own SDPA benchmark together with the share of peak
   (``experiments/kernels/attention_tiles.py``: one share and one tile cost per pass reproduce every
-  sequence length, head dim 64 to 256, causal, unmasked and windowed, where a share alone misses by 14-18%);
+  sequence length, head dim 64 to 256, causal, unmasked and windowed, where a share alone misses by 14-20%);
   0 where no such benchmark was run;
 * ``exp_overlap``: the share of the softmax exponentials (``gpu.exp_tops``) the best attention
   kernel runs while its tensor cores work, so that a kernel costs

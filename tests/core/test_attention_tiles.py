@@ -14,8 +14,8 @@ percent; a share alone misses by 14-20%.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +23,13 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from stageopt.hardware import load_hardware
-from stageopt.hardware.kernels import KERNEL_CODES, Kernels, kernel_seconds
+from stageopt.hardware.kernels import Kernels, kernel_seconds
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical import AnalyticalSimulator
 from stageopt.workload import build_workload
 
-SHAPES = Path(__file__).parents[2] / "experiments" / "kernels" / "cudnn_sdpa_shapes.csv"
+KERNELS = Path(__file__).parents[2] / "experiments" / "kernels"
 
 
 def _with_tiles(hw, forward_us: float, backward_us: float):
@@ -58,22 +58,18 @@ def test_each_tile_adds_its_fixed_cost_over_the_sms(plan, tiles) -> None:
     assert added == pytest.approx(tiles * (3.0 + 7.0) * 1e-6 / 132 * slowest, rel=1e-9)
 
 
+def _attention_tiles():
+    """experiments/kernels/attention_tiles.py: the benchmark's rows, described as the graph describes attention."""
+    spec = importlib.util.spec_from_file_location("attention_tiles", KERNELS / "attention_tiles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _benchmark(gpu: str, phase: str) -> tuple[Kernels, np.ndarray]:
-    """The benchmark's kernels of one GPU and pass, described as the graph describes attention."""
-    rows = [r for r in csv.DictReader(open(SHAPES)) if r["gpu"] == gpu and r["pass"] == phase
-            and not (gpu == "GB200" and r["deterministic"] == "True")]
-    b, s, h, dqk, dv, w = (np.array([float(r[k]) for r in rows]) for k in
-                           ("batch", "seq", "q_heads", "head_dim_qk", "head_dim_v", "window"))
-    masked = np.array([r["mask"] != "no_mask" for r in rows])
-    win = np.where(w > 0, np.minimum(w, s), s)
-    band = np.where(w > 0, (2 * win * s - win**2) / s**2, 1.0)
-    times = 2.0 if phase == "bwd" else 1.0
-    zero = np.zeros(len(rows))
-    kern = Kernels(code=np.where(masked, KERNEL_CODES["attention_causal"], KERNEL_CODES["attention"]),
-                   flops=b * h * s * s * 2 * (dqk + dv) * band * times, nbytes=zero,
-                   m=np.where(w > 0, 2.0, masked * 1.0), n=np.where(masked, band * s / 2, s),
-                   k=2 * (dqk + dv) * times, batch=zero, precision=zero, backward=np.full(len(rows), phase == "bwd"))
-    return kern, np.array([float(r["time_ms"]) * 1e-3 for r in rows])
+    tiles = _attention_tiles()
+    rows = tiles.load_rows(gpu=gpu, phase=phase)
+    return tiles.benchmark_kernels(rows), np.array([float(r["time_ms"]) * 1e-3 for r in rows])
 
 
 def _best_share_mape(hw, kern: Kernels, measured: np.ndarray, phase: str) -> float:
@@ -81,7 +77,8 @@ def _best_share_mape(hw, kern: Kernels, measured: np.ndarray, phase: str) -> flo
         eff = hw.gpu.efficiency
         field = "attention_backward" if phase == "bwd" else "attention_forward"
         one = dataclasses.replace(getattr(eff, field), peak_fraction=share)
-        tuned = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, efficiency=dataclasses.replace(eff, **{field: one})))
+        eff = dataclasses.replace(eff, **{field: one})
+        tuned = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, efficiency=eff))
         return float(np.mean(np.abs(kernel_seconds(tuned, "bf16", kern) / measured - 1)))
     return mape(minimize_scalar(mape, bounds=(0.25, 0.95), method="bounded").x)
 
