@@ -91,7 +91,8 @@ def _stage_parts(model: ModelSpec, hw: Hardware, plans: list[Plan], tables: dict
         c["hops"].append(stage_hops(hw, messages, c, s, comp))
         parts = stage_time_parts(cost, comp, c["hops"][s], c)
         tail = stage_tail(hw, proto, cost, comp, c, m, tied)
-        parts["zero3"] = zero3_exposed(hw, tail, parts["compute"], proto.framework.zero3_prefetch)
+        passes = (parts["compute_fwd"], parts["compute"] - parts["compute_fwd"])
+        parts["zero3"] = zero3_exposed(hw, tail, passes, proto.framework.zero3_prefetch)
         parts["offload"] = parts_offload  # pp = 1 wherever it is not zero
         parts["time"] = sum(parts[k] for k in ("compute", "tp", "cp", "ep", "p2p", "zero3", "offload"))
         mem = stage_memory(proto, cost, comp, c, m, s, offload)

@@ -20,11 +20,12 @@ from stageopt.workload.memory import loss_held, loss_peak_extra, zero3_gathered_
 def stage_time_parts(cost: dict, comp: dict, hops: tuple[np.ndarray, np.ndarray], c: dict) -> dict[str, np.ndarray]:
     """Compute and exposed communication of one stage per micro-batch; ``hops``: seconds of one message to the
     next and to the previous stage (:func:`stage_hops`)."""
-    parts = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
+    parts = {"compute": 0.0, "compute_fwd": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
     for kind, count in comp.items():
         if kind not in cost:
             continue
         parts["compute"] = parts["compute"] + count * (cost[kind]["fwd"] + cost[kind]["bwd"])
+        parts["compute_fwd"] = parts["compute_fwd"] + count * cost[kind]["fwd"]
         for axis in ("tp", "cp", "ep"):
             parts[axis] = parts[axis] + count * cost[kind][f"comm_{axis}"]
     parts["p2p"] = comp["sends_next"] * hops[0] + (comp["sends"] - comp["sends_next"]) * hops[1]

@@ -65,12 +65,14 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     scatters = scatters + np.where(replicas > 1, sync("all_reduce", dense / shard, replicas, across, g_bytes, bucket,
                                                       per_block=True), 0)
     zero3_mb = np.where(zero >= 3, 2 * gathers + scatters, 0.0)
-    zero3_first = np.where(zero >= 3, gathers / layers, 0.0)
+    zero3_first = np.where(zero >= 3, gathers / layers, 0.0)  # one block's gather, and its scatter
+    zero3_last = np.where(zero >= 3, scatters / layers, 0.0)
     sharded = zero >= 1
     updated = dense / np.where(sharded, shard, 1) + expert / np.where(sharded, expert_n, 1)
     opt_bytes = updated * (2 * proto.optimizer_bytes + g_bytes + w_bytes)  # master, m, v read and written
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
-    return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_first": zero3_first}
+    return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_fwd": np.where(zero >= 3, gathers, 0.0),
+            "zero3_first": zero3_first, "zero3_last": zero3_last}
 
 
 def tied_sync(hw: Hardware, comp: dict, c: dict, tied_params, grad_bytes: int) -> np.ndarray:
@@ -105,16 +107,25 @@ def bucketed_time(hw: Hardware, kind: str, params, per_param_bytes: int, n, stri
     return np.where(params > 0, buckets * collective_time(hw, kind, params * per_param_bytes / buckets, n, stride), 0.0)
 
 
-def zero3_exposed(hw: Hardware, tail: dict[str, np.ndarray], compute: np.ndarray, overlap: np.ndarray) -> np.ndarray:
-    """ZeRO-3 communication left on a micro-batch's critical path.
+def zero3_exposed(hw: Hardware, tail: dict[str, np.ndarray], compute: tuple[np.ndarray, np.ndarray],
+                  overlap: np.ndarray) -> np.ndarray:
+    """ZeRO-3 communication left on a micro-batch's critical path; ``compute``: its (forward, backward) seconds.
 
     With overlap, each block's gather is prefetched while the previous block
-    computes and scatters drain behind the backward, on their own stream: only
-    the first gather waits, plus whatever the communication has beyond the
-    compute, and the compute it runs beside slows (:func:`contention_share`).
+    computes and scatters drain behind the backward, on their own stream. Each
+    pass waits for its first block's gather (the backward re-gathers the block
+    the forward released last) and the backward for its last block's scatter:
+    nothing computes before the one or after the other. Beyond those, whatever a
+    pass's communication has over that pass's compute is exposed (the forward's
+    gathers; the backward's gathers and scatters, which no forward compute can
+    hide), and the compute it runs beside slows (:func:`contention_share`).
     Without overlap all of it is exposed.
     """
-    left = np.minimum(np.maximum(tail["zero3"] - compute, 0.0) + tail["zero3_first"], tail["zero3"])
+    first, ends = tail["zero3_first"], tail["zero3_first"] + tail["zero3_last"]
+    forward = first + np.maximum(tail["zero3_fwd"] - first - compute[0], 0.0)
+    backward_comm = tail["zero3"] - tail["zero3_fwd"]
+    backward = ends + np.maximum(backward_comm - ends - compute[1], 0.0)
+    left = np.minimum(forward + backward, tail["zero3"])
     overlapped = left + contention_share(hw) * (tail["zero3"] - left)
     return np.where(overlap, overlapped, tail["zero3"])
 
