@@ -99,6 +99,9 @@ class FrameworkProfile:
     ``dispatcher`` overrides it): ``alltoall`` or ``flex`` (node-deduplicated,
     DeepEP / HybridEP). ``cp_comm`` is its default context-parallel K/V exchange
     (Megatron-LM's ``--cp-comm-type`` defaults to ``p2p``; a plan's ``cp_comm`` overrides it).
+    ``expert_gemms`` is how a rank's routed experts run their GEMMs: ``grouped`` (one grouped
+    kernel: CUTLASS grouped GEMM, ``torch._grouped_mm``) or ``per_expert`` (one cuBLAS GEMM per
+    local expert, spread over a few compute streams: Transformer Engine's ``GroupedLinear``).
     ``cross_entropy`` is how the loss holds memory (bytes a logit kept from
     forward to backward, and at the loss's peak): ``te_fused`` (Transformer
     Engine's fused cross-entropy, as Megatron-Bridge sets it: the gradient is
@@ -199,6 +202,7 @@ class FrameworkProfile:
     grad_reduce_dtype: Literal["bf16", "fp32"] = "bf16"
     bf16_grad_all_reduce: bool = False
     moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
+    expert_gemms: Literal["grouped", "per_expert"] = "grouped"
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
     cross_entropy: Literal["te_fused", "flash_attn", "in_place", "native_fused", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False

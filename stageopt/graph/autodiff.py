@@ -112,7 +112,9 @@ class _Differentiator:
             others = [self.fetch(y, fp8_wgrad=precision == 2) for j, y in enumerate(op.inputs) if j != i]
             spec = ",".join([out] + [ins[j] for j in range(len(ins)) if j != i]) + "->" + ins[i]
             tag = op.attrs.get("gemm_group")
-            extra = {"gemm_group": f"{tag}/{'wgrad' if x.role == 'weight' else 'dgrad'}"} if tag else None
+            extra = {"gemm_group": f"{tag}/{'wgrad' if x.role == 'weight' else 'dgrad'}"} if tag else {}
+            if "kernels" in op.attrs:  # a GEMM run one kernel per expert runs its gradients' GEMMs alike
+                extra["kernels"] = op.attrs["kernels"]
             g = self.bwd.einsum(f"d{x.name}", spec, (gout, *others), out_dtype=x.dtype_bytes,
                                 role="wgrad" if x.role == "weight" else "grad", precision=precision, extra=extra)
             self._deliver(x, g)

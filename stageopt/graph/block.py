@@ -232,4 +232,5 @@ def arch_of(model, plan) -> Arch:
                 lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0,
                 parallel_block=model.parallel_block, rope_fusable=model.rope_mscale == 1,
                 expert_bias_fp32=True, expert_clamp=model.activation_clamp > 0, qk_norm=model.qk_norm,
-                loss=stack.cross_entropy, attention_unpad=stack.attention_unpad)
+                loss=stack.cross_entropy, attention_unpad=stack.attention_unpad,
+                expert_gemm_each=stack.expert_gemms == "per_expert")

@@ -33,7 +33,8 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     # every TP rank, which then runs its own (sequence-parallel) tokens through them.
     expert = Layout.of(ep=Split(0), tp=Split(2)) if arch.expert_tp else Layout.of(ep=Split(0))
     expert_down = Layout.of(ep=Split(0), tp=Split(1)) if arch.expert_tp else Layout.of(ep=Split(0))
-    fc1 = {"gemm_group": "fc1"}
+    each = {"kernels": (0, 1)} if arch.expert_gemm_each else {}  # one GEMM kernel per local expert
+    fc1 = {"gemm_group": "fc1", **each}
     gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
                     extra=fc1)
     up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")), extra=fc1)
@@ -45,7 +46,7 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     (act,) = b.vector("expert.swiglu", (gate, up, *fc1_bias), flops_per_elem=5, bwd_flops_per_elem=8,
                       needs=("in0", "in1"), fuse="bias_activation")
     down = b.einsum("expert.down", "ecf,efh->ech",
-                    (act, weight("we_down", (E, FE, H), expert_down, "expert")))
+                    (act, weight("we_down", (E, FE, H), expert_down, "expert")), extra=each)
     down = _expert_output_bias(b, down, arch)
     back = b.convert(down, down.layout.with_("ep", Split(1)))
     y = _unpermute(b, back, probs, h)

@@ -51,6 +51,7 @@ class Arch:
     rope_fusable: bool = True  # no YaRN scaling (ModelSpec.rope_mscale 1): a stack's fused RoPE kernel applies
     expert_bias_fp32: bool = False  # experts' second bias added in fp32 outside the GEMM (Megatron-Core training)
     expert_clamp: bool = False  # experts' gated-activation inputs clamped eagerly first (Megatron-Core training)
+    expert_gemm_each: bool = False  # one GEMM kernel per local expert (FrameworkProfile.expert_gemms per_expert)
     qk_norm: bool = False  # per-head RMSNorm of queries and keys before RoPE (ModelSpec.qk_norm)
     loss: str = "in_place"  # the stack's unfused cross-entropy (FrameworkProfile.cross_entropy; LOSS_PASSES)
     attention_unpad: bool = False  # flash attention through unpad/pad copies (FrameworkProfile.attention_unpad)

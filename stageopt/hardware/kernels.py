@@ -14,7 +14,9 @@ whether it runs in backward. Every kernel pays ``launch_us``; then
   whole waves over the SMs, the cheapest tile cuBLAS may pick:
   :func:`~stageopt.hardware.efficiency.gemm_tiled_flops`, at the GEMM share of
   peak) and the reads of its operands, then the store of its output, which no
-  main loop hides (the output tile is written after its last k-step);
+  main loop hides (the output tile is written after its last k-step); a grouped
+  expert GEMM that a stack runs as one GEMM per expert (``count`` > 1) pays a
+  launch per :data:`GEMM_STREAMS` of them, whose fixed costs overlap;
 * an **attention** kernel costs its FLOPs at the flash-attention share of peak
   (causal kernels skip the masked half; a backward kernel executes 1.25x its
   model FLOPs, as it recomputes the scores), then one exponential per score on
@@ -71,6 +73,12 @@ KERNEL_CODES = {"": 0, "matmul": 0, "attention": 1, "attention_causal": 2, "vect
 # GEMM that casts its activation operand first; FP8-capable GEMM whose operands were
 # cast already (weight gradient: it reuses the transposed copies made for the others).
 HIGH, LOWP_CAST, LOWP = 0, 1, 2
+
+# Transformer Engine's grouped GEMM (GroupedLinear, the experts of Megatron-Core's TEGroupedMLP) launches one
+# cuBLAS GEMM per expert, round-robin over its compute streams, of which it keeps 4 (multi_stream_cublas_gemm,
+# transformer_engine/common/gemm/cublaslt_gemm.cu; get_num_compute_streams, common/util/multi_stream.cpp,
+# since TE 1.9, NVIDIA/TransformerEngine#853). A kernel's ``count`` > 1 on a GEMM says how many it launches.
+GEMM_STREAMS = 4
 
 # What casting one FP8 GEMM operand costs under each scaling recipe (Megatron-Core's --fp8-recipe names):
 # (bytes an element read beyond the cast's own, kernels, one cast per expert of a grouped GEMM, a gathered
@@ -141,13 +149,16 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     wgrad = (kern.precision == LOWP) & np.asarray(kern.backward, dtype=bool)
     store = written if wgrad_store_bytes is None else np.where(
         wgrad, written * (wgrad_store_bytes / DTYPE_BYTES[high]), written)
-    matmul = launch + np.maximum(padded / (fraction * peak), reads) + store + cast
+    # a GEMM of several kernels (one per expert) runs them GEMM_STREAMS at a time: their fixed costs overlap so
+    gemm_rounds = np.ceil(np.maximum(launches, 1.0) / GEMM_STREAMS)
+    matmul = launch * gemm_rounds + np.maximum(padded / (fraction * peak), reads) + store + cast
     attn_peak = gpu.sustained_peak(high) * 1e12 / slowest
     attention = launch + _attention_seconds(hw, kern, attention_kernel, attn_peak, slowest)
     # a kernel drawing a random number per element (dropout's Philox) streams at a share of the copy rate
     vector = launch * launches + memory / np.where(kern.code == 4, eff.random_fraction, 1.0)
     device = np.where(kern.code >= 3, vector, np.where(kern.code == 0, matmul, attention))
-    return np.maximum(device, host * (launches + cast_launches))
+    dispatches = np.where(kern.code == 0, 1.0, launches)  # a GEMM's per-expert kernels leave one C++ call
+    return np.maximum(device, host * (dispatches + cast_launches))
 
 
 def _attention_seconds(hw: Hardware, kern: Kernels, attention_kernel: str, peak: float, slowest) -> np.ndarray:
@@ -229,7 +240,8 @@ def grouped_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, atte
         one = Kernels(code=np.zeros(1, dtype=int)[:, None] if flops.ndim > 1 else np.zeros(1, dtype=int),
                       flops=flops.sum(axis=0)[None], nbytes=full["nbytes"][idx].sum(axis=0)[None], cast=cast,
                       precision=np.asarray(kern.precision)[idx[:1]], backward=np.asarray(kern.backward)[idx[:1]],
-                      gpus=kern.gpus, **dims)
+                      count=np.broadcast_to(np.asarray(kern.count, dtype=float), shape)[idx[:1]], gpus=kern.gpus,
+                      **dims)
         together = kernel_seconds(hw, dtype, one, attention_kernel, cuda_graphs, wgrad_store_bytes, fp8_recipe)[0]
         share = np.divide(flops, flops.sum(axis=0), out=np.full_like(flops, 1.0 / len(idx)),
                           where=flops.sum(axis=0) > 0)
