@@ -79,6 +79,9 @@ HIGH, LOWP_CAST, LOWP = 0, 1, 2
 # transformer_engine/common/gemm/cublaslt_gemm.cu; get_num_compute_streams, common/util/multi_stream.cpp,
 # since TE 1.9, NVIDIA/TransformerEngine#853). A kernel's ``count`` > 1 on a GEMM says how many it launches.
 GEMM_STREAMS = 4
+# Its userbuffer overlap (TP communication pipelined with the GEMM) runs the chunks of a GEMM on up to 3 compute
+# streams (_NUM_MAX_UB_STREAMS, transformer_engine/pytorch/cpp_extensions/gemm.py; CommOverlapCore::initialize).
+UB_STREAMS = 3
 
 # What casting one FP8 GEMM operand costs under each scaling recipe (Megatron-Core's --fp8-recipe names):
 # (bytes an element read beyond the cast's own, kernels, one cast per expert of a grouped GEMM, a gathered
@@ -256,9 +259,10 @@ def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chun
 
     Transformer Engine's userbuffer overlap runs the GEMM it pipelines so, one chunk per piece of
     communication (:func:`stageopt.graph.overlap.userbuffer_chunks`). Each chunk fills its own waves
-    and stores its own output tiles, but the chunks go to several compute streams (its
-    ``num_max_streams``), so their fixed costs overlap: a fused GEMM still pays one launch, which its
-    members share as they share its time. ``chunks`` broadcasts against the kernels' arrays.
+    and stores its own output tiles, but the chunks go to :data:`UB_STREAMS` compute streams (its
+    ``num_max_streams``), so their fixed costs overlap that many at a time: a GEMM of 4 chunks pays
+    two launches, which a fused GEMM's members share as they share its time; its cast runs once.
+    ``chunks`` broadcasts against the kernels' arrays.
     """
     if np.ndim(chunks) == 0 and chunks == 1:
         return grouped_kernel_seconds(hw, dtype, kern, groups, attention_kernel, cuda_graphs,
@@ -279,5 +283,6 @@ def chunked_kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, groups, chun
         share[idx] = np.divide(flops[idx], total, out=np.full_like(flops[idx], 1.0 / len(idx)), where=total > 0)
     gemm = np.asarray(kern.code) == KERNEL_CODES["matmul"]
     launch = hw.gpu.efficiency.launch_us * 1e-6
-    once = 1 + cast_launches(dtype, kern, fp8_recipe)  # the GEMM's launch and its cast's run once per GEMM
-    return times - np.where(gemm, (chunks - 1) * launch * once * share, 0.0)
+    rounds = np.ceil(chunks / UB_STREAMS)  # the chunks' launches overlap UB_STREAMS at a time
+    casts = cast_launches(dtype, kern, fp8_recipe)  # the cast runs once per GEMM
+    return times - np.where(gemm, ((chunks - rounds) + (chunks - 1) * casts) * launch * share, 0.0)

@@ -3,8 +3,9 @@
 By hand, for one Llama layer at tp=2 (Transformer Engine's default methods, ``module/base.py``): the forward
 QKV and FC1 GEMMs run as tp = 2 GEMMs of half the tokens (ring-exchange all-gather), the forward output
 projection and FC2 as 4 (the ``pipeline`` reduce-scatter's ``num_splits``), the backward data gradients of the
-output projection and FC2 as 2; weight gradients and the rest stay whole. The chunks go to several streams, so
-each GEMM still pays one fixed cost (launch). The compute the plan gains from
+output projection and FC2 as 2; weight gradients and the rest stay whole. The chunks go to Transformer Engine's
+3 userbuffer compute streams, so their fixed costs (launches) overlap three at a time: 2 chunks pay one, 4 pay two
+(``_NUM_MAX_UB_STREAMS``, ``cpp_extensions/gemm.py``). The compute the plan gains from
 ``tp_overlap=on`` is the sum of those chunked GEMMs minus the whole ones, in both backends.
 """
 
@@ -27,8 +28,9 @@ def _gemm(hw, m, n, k, chunks=1):
     kern = Kernels(code=np.array([0]), flops=np.array([2.0 * m * n * k]), nbytes=np.array([2.0 * (m * k + n * k + m * n)]),
                    m=np.array([m]), n=np.array([n]), k=np.array([k]), batch=np.array([1.0]),
                    precision=np.array([HIGH]), backward=np.array([False]))
-    # the chunks run on several streams: one fixed cost for the GEMM, not one per chunk
-    return chunks * float(kernel_seconds(hw, "bf16", kern)[0]) - (chunks - 1) * hw.gpu.efficiency.launch_us * 1e-6
+    # the chunks run on 3 streams: one fixed cost per three chunks, not one per chunk
+    rounds = -(-chunks // 3)
+    return chunks * float(kernel_seconds(hw, "bf16", kern)[0]) - (chunks - rounds) * hw.gpu.efficiency.launch_us * 1e-6
 
 
 def _expected_extra_per_layer(hw):
