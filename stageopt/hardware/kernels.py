@@ -152,7 +152,7 @@ def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: st
     wgrad = (kern.precision == LOWP) & np.asarray(kern.backward, dtype=bool)
     store = written if wgrad_store_bytes is None else np.where(
         wgrad, written * (wgrad_store_bytes / DTYPE_BYTES[high]), written)
-    # a GEMM of several kernels (one per expert) runs them GEMM_STREAMS at a time: their fixed costs overlap so
+    # a GEMM of several kernels (one per expert) runs them GEMM_STREAMS at a time, their fixed costs overlapping
     gemm_rounds = np.ceil(np.maximum(launches, 1.0) / GEMM_STREAMS)
     matmul = launch * gemm_rounds + np.maximum(padded / (fraction * peak), reads) + store + cast
     attn_peak = gpu.sustained_peak(high) * 1e12 / slowest

@@ -64,14 +64,15 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     scatters = sum(sync("reduce_scatter", p, n, s, g_bytes, bucket, per_block=True) for p, n, s in groups)
     scatters = scatters + np.where(replicas > 1, sync("all_reduce", dense / shard, replicas, across, g_bytes, bucket,
                                                       per_block=True), 0)
-    zero3_mb = np.where(zero >= 3, 2 * gathers + scatters, 0.0)
-    zero3_first = np.where(zero >= 3, gathers / layers, 0.0)  # one block's gather, and its scatter
-    zero3_last = np.where(zero >= 3, scatters / layers, 0.0)
+    zero3_mb = np.where(zero >= 3, 2 * gathers + scatters, 0.0)  # gathers in both passes, scatters in backward
+    zero3_fwd = np.where(zero >= 3, gathers, 0.0)
+    zero3_first = np.where(zero >= 3, gathers / layers, 0.0)  # one block's gather
+    zero3_last = np.where(zero >= 3, scatters / layers, 0.0)  # one block's scatter
     sharded = zero >= 1
     updated = dense / np.where(sharded, shard, 1) + expert / np.where(sharded, expert_n, 1)
     opt_bytes = updated * (2 * proto.optimizer_bytes + g_bytes + w_bytes)  # master, m, v read and written
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
-    return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_fwd": np.where(zero >= 3, gathers, 0.0),
+    return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_fwd": zero3_fwd,
             "zero3_first": zero3_first, "zero3_last": zero3_last}
 
 
