@@ -120,6 +120,11 @@ class FrameworkProfile:
     keeps only the quantized copy of its input for the weight gradient
     (Transformer Engine); otherwise it keeps the high-precision input and casts
     it again in backward (torchao's Float8Linear), so FP8 saves what bf16 saves.
+    ``fp8_params``: in FP8 (or NVFP4) training the weights are held in
+    the low precision and ZeRO/FSDP gathers them so (Megatron's ``--fp8-param-gather`` /
+    ``--fp4-param-gather``, which NeMo 2's and Megatron-Bridge's FP8 recipes set; torchao's
+    FSDP float8 all-gather); otherwise they stay BF16, gathered in BF16 and cast per GEMM
+    (Megatron-LM's default, NeMo 1's, Apex's distributed Adam).
     ``low_precision``: the low-precision GEMM recipes the stack ships (``fp8``;
     ``nvfp4``: Transformer Engine's NVFP4 block scaling, Blackwell only).
     ``fp8_recipe``: how FP8 training scales its casts where the plan does not say (Megatron-Core's
@@ -206,6 +211,7 @@ class FrameworkProfile:
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
     cross_entropy: Literal["te_fused", "flash_attn", "in_place", "native_fused", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False
+    fp8_params: bool = True
     low_precision: tuple[str, ...] = ("fp8",)
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8"] = "delayed"
     tp_async_backward: bool = False

@@ -94,6 +94,10 @@ def _data_parallel(plan: Plan) -> dict[str, object]:
     overlap = bool(plan.dp_overlap) and plan.dp * plan.cp > 1
     out["ddp.overlap_grad_reduce"] = overlap
     out["ddp.overlap_param_gather"] = overlap and plan.zero >= 1
+    if plan.bucket_mb:
+        out["ddp.bucket_size"] = round(plan.grad_bucket_params(1).item())
+    if plan.dtype in ("fp8", "nvfp4") and not plan.fp8_params:  # the presets gather low-precision weights
+        out[f"mixed_precision.{plan.dtype[:3]}_param_gather"] = False
     if plan.adam_moments == "bf16":  # Megatron-Core's precision-aware optimizer
         out.update({"optimizer.use_precision_aware_optimizer": True, "optimizer.exp_avg_dtype": "bf16",
                     "optimizer.exp_avg_sq_dtype": "bf16"})

@@ -112,6 +112,8 @@ def _data_parallel(plan: Plan) -> list[Flag]:
         strategy = "optim_grads" if plan.zero == 2 else "optim_grads_params"
         flags += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
                   ("--ckpt-format", "fsdp_dtensor")]
+    if plan.bucket_mb:
+        flags.append(("--ddp-bucket-size", str(round(plan.grad_bucket_params(1).item()))))
     if plan.dp_overlap and plan.dp * plan.cp > 1:
         flags.append(("--overlap-grad-reduce", None))
         if plan.zero >= 1:
@@ -136,8 +138,10 @@ def _memory(plan: Plan) -> list[Flag]:
 def _precision(plan: Plan) -> list[Flag]:
     flags: list[Flag] = {"bf16": [("--bf16", None)], "fp16": [("--fp16", None)],
                          "fp8": [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-recipe", plan.fp8_recipe)],
-                         "nvfp4": [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4"),
-                                   ("--fp4-param-gather", None)], "fp32": []}[plan.dtype]
+                         "nvfp4": [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")],
+                         "fp32": []}[plan.dtype]
+    if plan.dtype in ("fp8", "nvfp4") and plan.fp8_params:  # weights held and gathered in low precision
+        flags.append(("--fp8-param-gather" if plan.dtype == "fp8" else "--fp4-param-gather", None))
     if plan.grad_dtype == "bf16" and plan.dtype in ("bf16", "fp8", "nvfp4"):
         flags.append(("--grad-reduce-in-bf16", None))  # gradients were simulated in bf16
     if plan.adam_moments == "bf16":

@@ -51,6 +51,9 @@ def torchtitan_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
         kind = "mx" if plan.fp8_recipe == "mxfp8" else "float8"  # torchao's MXFP8, else its tensorwise Float8
         converters = [f"quantize.linear.{kind}"] + ([f"quantize.grouped_mm.{kind}"] if model.is_moe else [])
         config.setdefault("model", {})["converters"] = converters
+        if plan.fp8_params and plan.zero >= 2:
+            notes.append("fp8_params=on: turn on torchao's FSDP float8 all-gather (enable_fsdp_float8_all_gather in the "
+                         "float8 converter's section), which gathers the weights in FP8 as simulated")
         if plan.fp8_recipe == "delayed":
             notes.append("fp8_recipe=delayed: torchao's Float8 scales each tensor from its current amax (no delayed "
                          "scaling); simulate with fp8_recipe=tensorwise to match")

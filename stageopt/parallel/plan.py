@@ -11,16 +11,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
-from stageopt.frameworks.profile import FP8_RECIPES, SCHEDULE_NAMES
+from stageopt.frameworks.profile import FP8_RECIPES, LOW_PRECISION_RECIPES, SCHEDULE_NAMES
 from stageopt.inputs.gate import shorten
 from stageopt.inputs.limits import MAX_GPUS, PLAN_BOUNDS, check_count, check_gpus
 from stageopt.parallel.plan_checks import (CP_COMMS, V_SCHEDULES, check_context_fields,  # noqa: F401 (re-exported)
                                            check_dispatcher, check_ep_overlap, check_expert_tp, check_offload,
                                            check_pipeline_fields, check_recompute_layers, check_recompute_modules,
                                            check_sharding)
-from stageopt.parallel.plan_text import parse_fields
+from stageopt.parallel.plan_text import parse_fields, plan_text
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = SCHEDULE_NAMES  # one list: a profile names the ones its stack runs
@@ -110,6 +112,11 @@ class Plan:
 
     ``fp8_recipe`` (Megatron-Core's ``--fp8-recipe``; None: the stack's) is how ``dtype=fp8`` scales
     its casts: ``delayed``, ``tensorwise`` (current scaling) or ``mxfp8`` (kernels.FP8_CASTS).
+    ``bucket_mb`` (Apex distributed Adam's ``bucket_cap_mb``, as NeMo 1 configs set it; 0: the stack's
+    buckets) caps each data-parallel gradient and parameter bucket at that many MiB of gradients.
+    ``fp8_params`` (Megatron's ``--fp8-param-gather`` / ``--fp4-param-gather``; None: the stack's):
+    with ``dtype=fp8`` or ``nvfp4`` the weights are held and data-parallel gathered in that precision;
+    off, they stay BF16 (:attr:`weight_bytes`).
 
     Expert tensor parallelism (Megatron-Core's ``--expert-tensor-parallel-size``):
     ``etp`` 0 (or ``tp``) splits every routed expert over the TP group as the dense
@@ -134,6 +141,8 @@ class Plan:
     dtype: str = "bf16"
     grad_dtype: str | None = None
     fp8_recipe: str | None = None
+    fp8_params: bool | None = None
+    bucket_mb: int = 0
     dp_overlap: bool | None = None
     tp_overlap: bool | None = None
     first_layers: int = 0
@@ -173,6 +182,9 @@ class Plan:
         if self.schedule not in SCHEDULES:
             raise InfeasiblePlan(f"plan field 'schedule' must be one of {', '.join(SCHEDULES)}, "
                                  f"got {shorten(self.schedule)}")
+        if not isinstance(self.bucket_mb, int) or isinstance(self.bucket_mb, bool) or self.bucket_mb < 0:
+            raise InfeasiblePlan(f"plan field 'bucket_mb' must be a whole number of MiB >= 0 (0: the stack's "
+                                 f"buckets), got {shorten(self.bucket_mb)}")
         if self.adam_moments not in ("fp32", "bf16"):
             raise InfeasiblePlan(f"plan field 'adam_moments' must be fp32 or bf16, got {shorten(self.adam_moments)}")
         for name, allowed in (("dtype", tuple(DTYPES)), ("grad_dtype", GRAD_DTYPES), ("fp8_recipe", FP8_RECIPES)):
@@ -215,7 +227,7 @@ class Plan:
                 "tp_overlap": stack.tp_comm_overlap and self.tp > 1, "zero": stack.default_zero(self.dp, self.cp),
                 "moe_overlap": stack.moe_shared_expert_overlap,
                 "grad_dtype": stack.default_grad_dtype(self.dtype), "dispatcher": stack.moe_dispatcher,
-                "fp8_recipe": stack.fp8_recipe,
+                "fp8_recipe": stack.fp8_recipe, "fp8_params": stack.fp8_params,
                 "cp_comm": stack.cp_comm if self.cp > 1 else "all_gather"}  # no K/V to exchange without CP
 
     def _fill_from_framework(self) -> None:
@@ -270,7 +282,13 @@ class Plan:
         :attr:`fsdp_step_sync`."""
         if self.fsdp_step_sync:
             return self.framework.zero3_bucket_params
-        return self.framework.grad_bucket(self.dp * self.cp)
+        return self.grad_bucket_params(self.dp * self.cp)
+
+    def grad_bucket_params(self, dp_ranks):
+        """Parameters per gradient bucket over ``dp_ranks`` data-parallel ranks (``bucket_mb``, else the stack's)."""
+        if self.bucket_mb:
+            return np.full(np.shape(dp_ranks), self.bucket_mb * 2.0**20 / self.grad_bytes)
+        return self.framework.grad_bucket(dp_ranks)
 
     @property
     def grad_staging_bytes(self) -> float:
@@ -310,6 +328,14 @@ class Plan:
         return DTYPES[self.dtype]
 
     @property
+    def weight_bytes(self) -> float:
+        """Bytes a weight is held and gathered in: the low-precision dtype where the stack keeps its weights so
+        (``fp8_params``), else BF16."""
+        if self.dtype in LOW_PRECISION_RECIPES and not self.fp8_params:
+            return DTYPES["bf16"]
+        return DTYPES[self.dtype]
+
+    @property
     def grad_bytes(self) -> int:
         return DTYPES[self.grad_dtype]
 
@@ -327,33 +353,7 @@ class Plan:
         return {"first": self.first_layers, "last": self.last_layers, "embed_split": self.embed_split,
                 "loss_split": self.loss_split, "layout": self.layout}
 
-    def __str__(self) -> str:
-        def on(flag: bool | None) -> str:
-            return "on" if flag else "off"
-
-        stack_grad = self.framework.default_grad_dtype(self.dtype)
-        text = (f"tp={self.tp} pp={self.pp} dp={self.dp} cp={self.cp} ep={self.ep} vpp={self.vpp} "
-                f"mbs={self.mbs} gbs={self.gbs} zero={self.zero} recompute={self.recompute} "
-                f"sp={on(self.sp)} schedule={self.schedule} dtype={self.dtype} tp_overlap={on(self.tp_overlap)} "
-                f"dp_overlap={on(self.dp_overlap)}")
-        extra = [f"first_layers={self.first_layers}" if self.first_layers else "",
-                 f"last_layers={self.last_layers}" if self.last_layers else "",
-                 "embed_split=on" if self.embed_split else "", "loss_split=on" if self.loss_split else "",
-                 f"layout={self.layout}" if self.layout else "",
-                 f"vpp_group={self.vpp_group}" if self.vpp_group else "",
-                 f"cp_comm={self.cp_comm}" if self.cp_comm != "all_gather" else "",
-                 f"cp_a2a={self.cp_a2a}" if self.cp_a2a else "",
-                 "moe_overlap=on" if self.moe_overlap else "", "ep_overlap=on" if self.ep_overlap else "",
-                 "cuda_graphs=on" if self.cuda_graphs else "",
-                 f"dp_shard={self.dp_shard}" if self.dp_shard else "", f"etp={self.etp}" if self.etp else "",
-                 f"grad_dtype={self.grad_dtype}" if self.grad_dtype != stack_grad else "",
-                 f"fp8_recipe={self.fp8_recipe}" if self.fp8_recipe != self.framework.fp8_recipe else "",
-                 f"dispatcher={self.dispatcher}" if self.dispatcher != "alltoall" else "",
-                 f"recompute_modules={self.recompute_modules}" if self.recompute_modules else "",
-                 f"adam_moments={self.adam_moments}" if self.adam_moments != "fp32" else "",
-                 f"offload_layers={self.offload_layers}" if self.offload_layers else "",
-                 f"recompute_layers={self.recompute_layers}" if self.recompute_layers else ""]
-        return " ".join([text, *[e for e in extra if e], f"framework={self.framework.name}"])
+    __str__ = plan_text
 
     @classmethod
     def parse(cls, text: str, gpus: int | None = None, framework: FrameworkProfile | None = None) -> "Plan":

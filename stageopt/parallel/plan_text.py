@@ -12,9 +12,9 @@ from stageopt.errors import InfeasiblePlan
 from stageopt.inputs.gate import clip
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
-               "etp", "cp_a2a", "offload_layers", "recompute_layers", "vpp_group")
+               "etp", "cp_a2a", "offload_layers", "recompute_layers", "vpp_group", "bucket_mb")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap", "ep_overlap",
-                "cuda_graphs")
+                "cuda_graphs", "fp8_params")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             # Megatron-Core's argument names (dashes or underscores)
             "decoder_first_pipeline_num_layers": "first_layers", "num_layers_in_first_pipeline_stage": "first_layers",
@@ -29,7 +29,8 @@ _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
             "microbatch_group_size_per_virtual_pipeline_stage": "vpp_group",  # its command-line name
             "data_parallel_shard_degree": "dp_shard",  # torchtitan's name
             "expert_tensor_parallel_size": "etp", "cpu_offloading_num_layers": "offload_layers",
-            "recompute_num_layers": "recompute_layers"}
+            "recompute_num_layers": "recompute_layers",
+            "bucket_cap_mb": "bucket_mb"}  # NeMo 1's / Apex distributed Adam's name
 
 
 def parse_fields(text: str, known: list[str]) -> dict[str, object]:
@@ -77,3 +78,36 @@ def _plan_items(text: str) -> list[str]:
         else:
             items += [part for part in raw.split(",") if part]
     return items
+
+
+def plan_text(plan) -> str:
+    """The plan as the text ``Plan.parse`` reads back: every degree, then only the knobs that differ from
+    their defaults (or from the stack's), then the stack's name."""
+    def on(flag: bool | None) -> str:
+        return "on" if flag else "off"
+
+    stack_grad = plan.framework.default_grad_dtype(plan.dtype)
+    text = (f"tp={plan.tp} pp={plan.pp} dp={plan.dp} cp={plan.cp} ep={plan.ep} vpp={plan.vpp} "
+            f"mbs={plan.mbs} gbs={plan.gbs} zero={plan.zero} recompute={plan.recompute} "
+            f"sp={on(plan.sp)} schedule={plan.schedule} dtype={plan.dtype} tp_overlap={on(plan.tp_overlap)} "
+            f"dp_overlap={on(plan.dp_overlap)}")
+    extra = [f"first_layers={plan.first_layers}" if plan.first_layers else "",
+             f"last_layers={plan.last_layers}" if plan.last_layers else "",
+             "embed_split=on" if plan.embed_split else "", "loss_split=on" if plan.loss_split else "",
+             f"layout={plan.layout}" if plan.layout else "",
+             f"vpp_group={plan.vpp_group}" if plan.vpp_group else "",
+             f"cp_comm={plan.cp_comm}" if plan.cp_comm != "all_gather" else "",
+             f"cp_a2a={plan.cp_a2a}" if plan.cp_a2a else "",
+             "moe_overlap=on" if plan.moe_overlap else "", "ep_overlap=on" if plan.ep_overlap else "",
+             "cuda_graphs=on" if plan.cuda_graphs else "",
+             f"dp_shard={plan.dp_shard}" if plan.dp_shard else "", f"etp={plan.etp}" if plan.etp else "",
+             f"grad_dtype={plan.grad_dtype}" if plan.grad_dtype != stack_grad else "",
+             f"fp8_recipe={plan.fp8_recipe}" if plan.fp8_recipe != plan.framework.fp8_recipe else "",
+             f"fp8_params={on(plan.fp8_params)}" if plan.fp8_params != plan.framework.fp8_params else "",
+             f"dispatcher={plan.dispatcher}" if plan.dispatcher != "alltoall" else "",
+             f"recompute_modules={plan.recompute_modules}" if plan.recompute_modules else "",
+             f"adam_moments={plan.adam_moments}" if plan.adam_moments != "fp32" else "",
+             f"bucket_mb={plan.bucket_mb}" if plan.bucket_mb else "",
+             f"offload_layers={plan.offload_layers}" if plan.offload_layers else "",
+             f"recompute_layers={plan.recompute_layers}" if plan.recompute_layers else ""]
+    return " ".join([text, *[e for e in extra if e], f"framework={plan.framework.name}"])

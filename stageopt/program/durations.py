@@ -122,5 +122,5 @@ def collective_buckets(node, size: float, plan) -> float:
     bucket = {"dp": plan.dp_sync_bucket_params, "zero3": plan.framework.zero3_bucket_params}.get(node.phase)
     if bucket is None or node.group not in DP_GROUP_NAMES:
         return 1.0
-    per_param = plan.dtype_bytes if node.collective == "all_gather" else plan.grad_bytes
+    per_param = plan.weight_bytes if node.collective == "all_gather" else plan.grad_bytes
     return max(float(np.ceil(size / per_param / bucket)), 1.0)

@@ -43,7 +43,7 @@ class GradSync:
             if size > 1 and params:
                 out[pgroup] = self.b.add(f"{label}:zero3_gather_{pgroup}", COLL, "zero3", deps,
                                          collective="all_gather", group=group, group_size=size,
-                                         comm_size=ceil_div(params * self.plan.dtype_bytes, size))
+                                         comm_size=ceil_div(params * self.plan.weight_bytes, size))
         return out
 
     def zero3_scatters(self, kind: str, deps: tuple[int, ...], label: str) -> tuple[int, ...]:
@@ -128,7 +128,7 @@ class GradSync:
         dense_shard, expert_shard = shard_degrees(self.work)
         updated = dense / dense_shard + expert / expert_shard if plan.step_zero >= 1 else dense + expert
         flops = round(OPTIMIZER_FLOPS_PER_PARAM * updated)
-        touched = round(updated * (plan.grad_bytes + 2 * plan.optimizer_bytes + plan.dtype_bytes))  # states r+w
+        touched = round(updated * (plan.grad_bytes + 2 * plan.optimizer_bytes + plan.weight_bytes))  # states r+w
         opt = self.b.comp("optimizer", "optimizer", list(self.reductions), flops, touched, "vector")
         if plan.step_zero not in (1, 2):
             return
@@ -137,4 +137,4 @@ class GradSync:
                 size, params = self.sizes[group], bucket.params.of_group(group)
                 if size > 1 and params:
                     self.b.add(f"{bucket.name}:all_gather_{group}", COLL, "dp", (opt,), collective="all_gather",
-                               group=group, group_size=size, comm_size=ceil_div(params * plan.dtype_bytes, size))
+                               group=group, group_size=size, comm_size=ceil_div(params * plan.weight_bytes, size))

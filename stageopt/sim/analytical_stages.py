@@ -84,7 +84,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
     def sharded(on):
         return np.where(on, dense / (c["shard_dp"] * c["cp"]) + expert / c["expert_dp"], dense + expert)
 
-    weights = sharded(zero >= 3) * proto.dtype_bytes
+    weights = sharded(zero >= 3) * proto.weight_bytes
     gradients = sharded(zero >= 2) * proto.grad_bytes
     optimizer = sharded(zero >= 1) * proto.optimizer_bytes
     held, head_held = in_flight(c, m, s)
@@ -100,7 +100,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
                                            for k in layer_kinds if not is_stored(k)])
     biggest = np.maximum.reduce([np.where(comp[k] > 0, cost[k]["agg"]["local_dense"] + cost[k]["agg"]["local_expert"], 0)
                                  for k in layer_kinds])
-    other = other + np.where(zero >= 3, zero3_gathered_layers(proto) * biggest * proto.dtype_bytes, 0)
+    other = other + np.where(zero >= 3, zero3_gathered_layers(proto) * biggest * proto.weight_bytes, 0)
     total = weights + gradients + optimizer + activations + other
     return {"weights": weights, "gradients": gradients, "optimizer": optimizer,
             "activations": activations, "other": other, "total": total, "logits": logits}

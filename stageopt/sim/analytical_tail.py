@@ -13,6 +13,8 @@ from stageopt.hardware.network import collective_time
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_stages import stage_params
 
+SCHEDULE_INTERLEAVED = 2  # stageopt.sim.analytical_batch.SCHEDULE_CODE
+
 
 def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray,
                tied_params=0.0) -> dict[str, np.ndarray]:
@@ -26,7 +28,7 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     shard = c["shard_dp"] * c["cp"]  # one sharded copy (all of dp unless hybrid sharding)
     replicas = c["dp"] / c["shard_dp"]
     groups = ((dense, shard, c["tp"]), (expert, expert_n, expert_stride))
-    g_bytes, w_bytes = proto.grad_bytes, proto.dtype_bytes
+    g_bytes, w_bytes = proto.grad_bytes, proto.weight_bytes
     zero = c["zero"]
     layers = sum(n for k, n in comp.items() if k in cost)
     layers = np.maximum(layers, 1)
@@ -42,7 +44,7 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
         fsdp = bucketed_time(hw, kind, params, per_param_bytes, n, stride, stack.zero3_bucket_params, blocks)
         return np.where(c["fsdp_step"], fsdp, sync(kind, params, n, stride, per_param_bytes, bucket))
 
-    bucket = stack.grad_bucket(c["dp"] * c["cp"])
+    bucket = proto.grad_bucket_params(c["dp"] * c["cp"])
     whole = (zero == 0) | stack.all_reduces_sharded_grads(proto.dtype)  # every rank receives all gradients
     grad_t = sum(np.where(whole, step_sync("all_reduce", p, n, s, g_bytes, bucket),
                           step_sync("reduce_scatter", p, n, s, g_bytes, bucket)) for p, n, s in groups)
@@ -54,8 +56,8 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     bwd_one = sum(n * cost[k]["bwd"] for k, n in comp.items() if k in cost)
     fwd_one = sum(n * cost[k]["fwd"] for k, n in comp.items() if k in cost)
     overlap = c["dp_overlap"]
-    grad_exposed = np.where(overlap, np.maximum(grad_t / layers, grad_t - bwd_one), grad_t)
-    gather_exposed = np.where(overlap, np.maximum(gather_t / layers, gather_t - fwd_one), gather_t)
+    grad_exposed = np.where(overlap, overlapped_sync(grad_t, bwd_one, layers, c, m), grad_t)
+    gather_exposed = np.where(overlap, overlapped_sync(gather_t, fwd_one, layers, c, m), gather_t)
     hidden = grad_t - grad_exposed + gather_t - gather_exposed
     exposed = grad_exposed + gather_exposed + contention_share(hw) * hidden
     dp_time = np.where(zero >= 3, 0.0, exposed + tied_sync(hw, comp, c, tied_params, g_bytes))
@@ -74,6 +76,24 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
     return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_fwd": zero3_fwd,
             "zero3_first": zero3_first, "zero3_last": zero3_last}
+
+
+def overlapped_sync(sync_t, pass_t, layers, c: dict, m: np.ndarray) -> np.ndarray:
+    """What a stage's overlapped data-parallel sync leaves exposed; ``pass_t``: one micro-batch's pass over
+    the stage (backward for gradients, forward for parameter gathers).
+
+    Buckets go out as their layers finish, so at least the last layer's share is exposed. Under 1F1B the
+    gradients hide under the last micro-batch's backward (the gathers under the first's forward). Under the
+    interleaved schedule Megatron-Core syncs each model chunk after that chunk's last backward, and the
+    backward of the later chunks for the last group of micro-batches still follows: a chunk's sync runs
+    under ``(1 + (vpp - 1) group) / vpp`` micro-batch passes, the first chunk's alone under one chunk pass;
+    the gathers mirror it at the step's start, each chunk's before its first forward (``start_grad_sync`` /
+    ``start_param_sync`` from ``schedules.py``'s interleaved loop).
+    """
+    vpp = np.where(c["schedule"] == SCHEDULE_INTERLEAVED, c["vpp"], 1.0)
+    group = np.minimum(c["vpp_group"], m)
+    window = pass_t * (1 + (vpp - 1) * group) / vpp
+    return np.maximum.reduce([sync_t / layers, (sync_t - pass_t) / vpp, sync_t - window])
 
 
 def tied_sync(hw: Hardware, comp: dict, c: dict, tied_params, grad_bytes: int) -> np.ndarray:

@@ -104,7 +104,7 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     def sharded(count_dense: float, count_expert: float, on: bool) -> float:
         return count_dense / dense_shard + count_expert / expert_shard if on else count_dense + count_expert
 
-    weights = sharded(dense, expert, plan.step_zero >= 3) * plan.dtype_bytes
+    weights = sharded(dense, expert, plan.step_zero >= 3) * plan.weight_bytes
     gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_bytes
     optimizer = sharded(dense, expert, plan.step_zero >= 1) * plan.optimizer_bytes
     order = stage_order(plan, stage)
@@ -131,7 +131,7 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
     if plan.step_zero >= 3:
         layer_kinds = [k for c in work.chunks[stage] for k in c.blocks if is_layer(k)]
         biggest = max((work.value(k, "local_dense") + work.value(k, "local_expert") for k in layer_kinds), default=0.0)
-        other += zero3_gathered_layers(plan) * biggest * plan.dtype_bytes
+        other += zero3_gathered_layers(plan) * biggest * plan.weight_bytes
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer,
                            activations=activations, other=other)
 

@@ -76,7 +76,7 @@ def _dp_collectives(work: Workload, stage: int) -> list[CollectiveUse]:
         size = group_size(plan, group)
         if size == 1 or params == 0:
             continue
-        grads, weights = params * plan.grad_bytes, params * plan.dtype_bytes
+        grads, weights = params * plan.grad_bytes, params * plan.weight_bytes
         across = replicas if group == shard_group and replicas else ""
         if plan.step_zero == 0:
             out.append(CollectiveUse(group, "all_reduce", "dp", 1, grads, size))

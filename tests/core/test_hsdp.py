@@ -59,7 +59,7 @@ def test_exposed_dp_time_is_scatter_inside_the_copy_all_reduce_across_and_gather
     work = _work("dp=16 gbs=16 zero=1 dp_overlap=off dp_shard=8", "megatron-lm-2021")
     hw = load_hardware("h100-sxm").for_stack(work.plan.framework)  # rings priced by the stack's NCCL (2.8)
     dense, _ = stage_params(work, 0)
-    g, w = work.plan.grad_bytes, work.plan.dtype_bytes
+    g, w = work.plan.grad_bytes, work.plan.weight_bytes
     expected = (collective_time(hw, "reduce_scatter", dense * g, 8, 1)
                 + collective_time(hw, "all_reduce", dense * g / 8, 2, 8)
                 + collective_time(hw, "all_gather", dense * w, 8, 1))

@@ -39,7 +39,8 @@ MEGATRON = {
     "--recompute-method": {"uniform", "block"}, "--recompute-num-layers": int,  # C
     "--expert-tensor-parallel-size": int,  # G
     "--fp16": None,  # T
-    "--fp8-format": {"e4m3", "hybrid"}, "--grad-reduce-in-bf16": None,  # E
+    "--fp8-format": {"e4m3", "hybrid"}, "--grad-reduce-in-bf16": None, "--fp8-param-gather": None,  # E
+    "--ddp-bucket-size": int,  # megatron/training/arguments.py (DistributedDataParallelConfig.bucket_size, elements)
     "--fp8-recipe": {"delayed", "tensorwise", "mxfp8", "blockwise", "custom"},  # C: megatron/core/enums.py Fp8Recipe
     "--attention-backend": {"flash", "fused", "unfused", "local", "auto"},  # E (values: C)
     "--attention-dropout": float, "--hidden-dropout": float,  # E
@@ -92,6 +93,8 @@ BRIDGE = {
     "ddp.data_parallel_sharding_strategy": {"no_shard", "optim", "optim_grads", "optim_grads_params"},  # Q
     "checkpoint.ckpt_format": {"torch_dist", "zarr", "fsdp_dtensor"},  # M
     "ddp.overlap_grad_reduce": bool, "ddp.overlap_param_gather": bool,  # M
+    "ddp.bucket_size": int,  # Q (DistributedDataParallelConfig.bucket_size, elements)
+    "mixed_precision.fp8_param_gather": bool, "mixed_precision.fp4_param_gather": bool,  # X
     "model.recompute_granularity": {"full", "selective", None}, "model.recompute_method": {"uniform", "block"},  # R
     "model.recompute_num_layers": int,  # R
     "model.attention_backend": {"flash", "fused", "unfused", "local", "auto"},  # Q
@@ -147,6 +150,7 @@ PLANS = [  # (model, --set, plan, gpus): every branch of both exporters
     ("mixtral-8x7b", [], "tp=1 pp=1 ep=32 mbs=1 gbs=64 zero=1 dispatcher=flex adam_moments=bf16", 64),  # DeepEP
     ("mixtral-8x7b", [], "tp=2 ep=8 mbs=1 gbs=64 zero=1 recompute=selective recompute_modules=moe_act+layernorm", 64),
     ("mixtral-8x7b", [], "tp=1 ep=8 mbs=1 gbs=64 zero=1 dispatcher=flex ep_overlap=on cuda_graphs=on", 64),
+    ("llama3-8b", [], "tp=2 pp=1 mbs=1 gbs=64 zero=1 dtype=fp8 fp8_params=off bucket_mb=75", 64),  # NeMo 1 style
 ]
 
 
@@ -199,6 +203,21 @@ def test_megatron_layout_string_places_layers_as_simulated():
     even, plan = _plan("llama3-8b", [], "tp=2 pp=2 vpp=4 schedule=interleaved mbs=1 gbs=64", 64, "megatron-core")
     flags = _flags(list(launch_settings("megatron", even, plan).settings["args"]))
     assert flags["--num-layers-per-virtual-pipeline-stage"] == "4"  # 32 layers / (2 stages x 4 chunks)
+
+
+def test_weight_precision_and_buckets_export_as_simulated():
+    """FP8 weights gathered in FP8 (the profile's default) export --fp8-param-gather, BF16 weights do not; a
+    plan's bucket_mb of bf16 gradients is 75 MiB / 2 bytes = 39,321,600 parameters a bucket."""
+    spec, plan = _plan("llama3-8b", [], "tp=2 mbs=1 gbs=64 zero=1 dtype=fp8", 64, "megatron-core")
+    assert plan.fp8_params and plan.weight_bytes == 1
+    assert "--fp8-param-gather" in _flags(list(launch_settings("megatron", spec, plan).settings["args"]))
+    spec, plan = _plan("llama3-8b", [], "tp=2 mbs=1 gbs=64 zero=1 dtype=fp8 fp8_params=off bucket_mb=75", 64,
+                       "megatron-core")
+    assert plan.weight_bytes == 2
+    flags = _flags(list(launch_settings("megatron", spec, plan).settings["args"]))
+    assert "--fp8-param-gather" not in flags and flags["--ddp-bucket-size"] == str(75 * 2**20 // 2)
+    items = _hydra(list(launch_settings("megatron-bridge", spec, plan).settings["overrides"]))
+    assert items["mixed_precision.fp8_param_gather"] is False and items["ddp.bucket_size"] == 75 * 2**20 // 2
 
 
 def test_megatron_execution_options_follow_the_profile():
