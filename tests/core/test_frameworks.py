@@ -124,13 +124,14 @@ def test_megascale_is_its_megatron_lm_base_with_the_papers_changes():
 
 def test_megatron_lm_2024_is_megatron_core_with_the_scripts_gradient_and_loss_defaults():
     """Megatron-LM's pretrain_gpt.py at core_r0.8.0 forces fp32 gradient reduction for bf16 and leaves
-    --cross-entropy-loss-fusion off; all else is the Megatron-Core the default profile runs."""
+    --cross-entropy-loss-fusion and --fp8-param-gather off; all else is the Megatron-Core the default profile runs."""
     import dataclasses
     base, ours = load_profile("megatron-core"), load_profile("megatron-lm-2024")
     differ = {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name)}
     assert differ == {"name", "description", "source", "grad_reduce_dtype", "cross_entropy", "fusions",
-                      "attention_kernel"}
+                      "attention_kernel", "fp8_params"}
     assert set(base.fusions) - set(ours.fusions) == {"cross_entropy"}
+    assert base.fp8_params and not ours.fp8_params
     assert ours.default_grad_dtype("bf16") == "fp32" and base.default_grad_dtype("bf16") == "bf16"
     assert (base.attention_kernel, ours.attention_kernel) == ("best", "cudnn-2024")
 
