@@ -49,6 +49,7 @@ def candidate_arrays(plans: list[Plan]) -> dict[str, np.ndarray]:
     arrays["etp"] = np.array([p.expert_tp for p in plans], dtype=float)  # EP groups step by etp (ranks.py)
     arrays["schedule"] = np.array([SCHEDULE_CODE[p.schedule] for p in plans], dtype=float)
     arrays["vpp_group"] = np.array([p.microbatch_group for p in plans], dtype=float)  # interleaved warm-up depth
+    arrays["interleaved"] = arrays["schedule"] == SCHEDULE_CODE["interleaved"]  # per-chunk DP sync windows
     arrays["dp_overlap"] = np.array([p.dp_overlap for p in plans], dtype=bool)
     arrays["tp_overlap"] = np.array([p.tp_overlap for p in plans], dtype=bool)
     arrays["cp_ring"] = np.array([p.cp_comm in ("p2p", "a2a+p2p") for p in plans], dtype=bool)

@@ -13,8 +13,6 @@ from stageopt.hardware.network import collective_time
 from stageopt.parallel.plan import Plan
 from stageopt.sim.analytical_stages import stage_params
 
-SCHEDULE_INTERLEAVED = 2  # stageopt.sim.analytical_batch.SCHEDULE_CODE
-
 
 def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray,
                tied_params=0.0) -> dict[str, np.ndarray]:
@@ -90,7 +88,7 @@ def overlapped_sync(sync_t, pass_t, layers, c: dict, m: np.ndarray) -> np.ndarra
     the gathers mirror it at the step's start, each chunk's before its first forward (``start_grad_sync`` /
     ``start_param_sync`` from ``schedules.py``'s interleaved loop).
     """
-    vpp = np.where(c["schedule"] == SCHEDULE_INTERLEAVED, c["vpp"], 1.0)
+    vpp = np.where(c["interleaved"], c["vpp"], 1.0)
     group = np.minimum(c["vpp_group"], m)
     window = pass_t * (1 + (vpp - 1) * group) / vpp
     return np.maximum.reduce([sync_t / layers, (sync_t - pass_t) / vpp, sync_t - window])
