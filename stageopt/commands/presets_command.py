@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nframeworks (default {DEFAULT_FRAMEWORK}):")
     profiles = [load_profile(n) for n in list_profiles()]
     print(render_rows(["name", "attention", "low precision", "fp8 recipe", "NCCL", "description"],
-                      [[p.name, _attention(p), ", ".join(p.low_precision) or "-",
+                      [[p.name, _attention(p), _low_precision(p),
                         p.fp8_recipe if "fp8" in p.low_precision else "-", p.nccl_release or "(hardware)",
                         p.description] for p in profiles],
                       align=["left", "left", "left", "left", "left", "left"]))
@@ -73,6 +73,14 @@ def _attention(profile) -> str:
         return "eager"
     kernel = ATTENTION_KERNEL_LABELS.get(profile.attention_kernel, profile.attention_kernel)
     return kernel if profile.attention == "flash" else f"model's ({kernel} if flash)"
+
+
+def _low_precision(profile) -> str:
+    """The low-precision recipes a profile ships, and whether their weights stay BF16 (``fp8_params`` off)."""
+    if not profile.low_precision:
+        return "-"
+    names = ", ".join(profile.low_precision)
+    return names if profile.fp8_params else f"{names} (bf16 weights)"
 
 
 def _accuracy(hw) -> str:

@@ -201,6 +201,9 @@ def test_outputs_name_the_profile(capsys):
     # the attention each profile prices, as the kernel model reads attention / attention_kernel
     assert "eager" in table["megatron-lm-2021"] and "cuDNN 2024" in table["nemo-2024"]
     assert "cuDNN today" in table["megatron-core"] and "FlashAttention-2" in table["torchtitan-2025"]
+    # FP8 weights: gathered in FP8 by NeMo 2 / Megatron-Bridge, kept BF16 by torchtitan and Megatron-LM's default
+    assert "bf16 weights" in table["torchtitan"] and "bf16 weights" in table["megatron-lm-2024"]
+    assert "bf16 weights" not in table["megatron-core"]
 
 
 def test_bad_framework_on_the_cli_is_one_line_exit_2(capsys):
