@@ -95,9 +95,9 @@ def _data_parallel(plan: Plan) -> dict[str, object]:
     out["ddp.overlap_grad_reduce"] = overlap
     out["ddp.overlap_param_gather"] = overlap and plan.zero >= 1
     if plan.bucket_mb:
-        out["ddp.bucket_size"] = round(plan.grad_bucket_params(1).item())
+        out["ddp.bucket_size"] = plan.fixed_bucket_params
     if plan.dtype in ("fp8", "nvfp4") and not plan.fp8_params:  # the presets gather low-precision weights
-        out[f"mixed_precision.{plan.dtype[:3]}_param_gather"] = False
+        out[f"mixed_precision.{'fp8' if plan.dtype == 'fp8' else 'fp4'}_param_gather"] = False
     if plan.adam_moments == "bf16":  # Megatron-Core's precision-aware optimizer
         out.update({"optimizer.use_precision_aware_optimizer": True, "optimizer.exp_avg_dtype": "bf16",
                     "optimizer.exp_avg_sq_dtype": "bf16"})

@@ -113,7 +113,7 @@ def _data_parallel(plan: Plan) -> list[Flag]:
         flags += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
                   ("--ckpt-format", "fsdp_dtensor")]
     if plan.bucket_mb:
-        flags.append(("--ddp-bucket-size", str(round(plan.grad_bucket_params(1).item()))))
+        flags.append(("--ddp-bucket-size", str(plan.fixed_bucket_params)))
     if plan.dp_overlap and plan.dp * plan.cp > 1:
         flags.append(("--overlap-grad-reduce", None))
         if plan.zero >= 1:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from stageopt.errors import ConfigError, InfeasiblePlan
 from stageopt.frameworks import FrameworkProfile, load_profile
 from stageopt.frameworks.profile import FP8_RECIPES, LOW_PRECISION_RECIPES, SCHEDULE_NAMES
@@ -286,9 +284,11 @@ class Plan:
 
     def grad_bucket_params(self, dp_ranks):
         """Parameters per gradient bucket over ``dp_ranks`` data-parallel ranks (``bucket_mb``, else the stack's)."""
-        if self.bucket_mb:
-            return np.full(np.shape(dp_ranks), self.bucket_mb * 2.0**20 / self.grad_bytes)
-        return self.framework.grad_bucket(dp_ranks)
+        return self.fixed_bucket_params or self.framework.grad_bucket(dp_ranks)
+
+    @property
+    def fixed_bucket_params(self) -> int:  # parameters in a ``bucket_mb`` bucket of gradients (0: the stack's)
+        return self.bucket_mb * 2**20 // self.grad_bytes
 
     @property
     def grad_staging_bytes(self) -> float:

@@ -65,7 +65,8 @@ def evaluate_plans(model: ModelSpec, hw: Hardware, plans: list[Plan]) -> dict[st
     for i, plan in enumerate(plans):
         groups.setdefault((plan.recompute, plan.recompute_modules, plan.sp, plan.dtype, plan.grad_dtype,
                            plan.framework, plan.cp_comm, plan.moe_overlap, plan.etp, plan.adam_moments,
-                           plan.wgrad_store_bytes, plan.grad_staging_bytes, plan.fp8_recipe, plan.cuda_graphs, plan.fp8_params, plan.bucket_mb),
+                           plan.wgrad_store_bytes, plan.grad_staging_bytes, plan.fp8_recipe, plan.cuda_graphs,
+                           plan.fp8_params, plan.bucket_mb),
                           []).append(i)
     out: dict[str, np.ndarray] = {}
     for index in groups.values():

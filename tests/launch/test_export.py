@@ -218,6 +218,11 @@ def test_weight_precision_and_buckets_export_as_simulated():
     assert "--fp8-param-gather" not in flags and flags["--ddp-bucket-size"] == str(75 * 2**20 // 2)
     items = _hydra(list(launch_settings("megatron-bridge", spec, plan).settings["overrides"]))
     assert items["mixed_precision.fp8_param_gather"] is False and items["ddp.bucket_size"] == 75 * 2**20 // 2
+    nvfp4 = "tp=4 pp=4 mbs=1 gbs=64 zero=1 dtype=nvfp4 fp8_params=off"
+    spec, plan = _plan("llama3-70b", [], nvfp4, 64, "megatron-core")
+    assert "--fp4-param-gather" not in _flags(list(launch_settings("megatron", spec, plan).settings["args"]))
+    items = _hydra(list(launch_settings("megatron-bridge", spec, plan).settings["overrides"]))
+    assert items["mixed_precision.fp4_param_gather"] is False
 
 
 def test_megatron_execution_options_follow_the_profile():
