@@ -33,7 +33,7 @@ class PublishedRun:
     metric: str
     value: float
     flops_formula: str  # how the source counts FLOPs, for tflops_per_gpu and mfu rows
-    status: str  # "ok", or "inexpressible: <why>"
+    status: str  # "ok", "inexpressible: <why>", or "regression: <why>" (see :attr:`regressed`)
     certainty: str
     citation: str
     assumptions: str
@@ -41,6 +41,15 @@ class PublishedRun:
     @property
     def expressible(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def regressed(self) -> bool:
+        """Measured under a software regression its maintainers acknowledge (the status cites their issue).
+
+        Such a row measures a bug, not the stack its profile describes: it is simulated and shown beside the
+        table, but kept out of the MAPE and out of every fit.
+        """
+        return self.status.startswith("regression:")
 
 
 def _row(row: dict[str, str | list[str]]) -> PublishedRun:

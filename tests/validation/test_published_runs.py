@@ -58,6 +58,19 @@ def test_every_row_has_a_citation_and_a_status(runs):
     assert len({r.source for r in runs if r.expressible}) >= 15
 
 
+def test_a_regression_row_cites_its_issue_and_stays_out_of_every_figure(runs):
+    """A row measured under an acknowledged software regression names the maintainers' issue, leaves the
+    comparisons (so no MAPE or fit sees it), and the same model is measured by another release that is kept."""
+    regressed = [r for r in runs if r.regressed]
+    assert regressed
+    done, refused = predict_all(regressed)
+    assert not done and [r for r, _ in refused] == regressed
+    for r in regressed:
+        assert re.search(r"issue #\d+", r.status), r.id
+        siblings = [o for o in runs if o.expressible and o.model == r.model and o.hardware == r.hardware]
+        assert siblings, f"{r.id}: no release of the same model on the same hardware is kept"
+
+
 def test_a_stated_accumulation_count_matches_the_plan_or_the_row_says_why(runs):
     """GA = gbs / (mbs x dp): a table whose GA disagrees with its own batch and parallelism columns has a
     copied cell, and the row must say which column it trusted (the Megatron-Bridge 25.11 H100 gpt-oss row)."""
