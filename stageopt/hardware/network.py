@@ -71,6 +71,20 @@ def remote_nodes_hit(n_out, copies, groups: int = 0, group_topk: int = 0):
     return np.where(whole | spread, np.minimum(reached * (n_out - 1) / safe, uniform), uniform)
 
 
+def ranks_hit(n, copies, groups: int = 0, group_topk: int = 0):
+    """Expected distinct ranks of an ``n``-rank EP group that a token's ``copies`` routed experts fall on
+    (experts spread evenly, chosen as :func:`remote_nodes_hit` chooses them; one rank: 1).
+
+    A node-deduplicated dispatch sends a token to each such rank once, whatever the number of its experts
+    there: DeepEP's dispatch layout marks each (token, rank) pair once (``get_dispatch_layout``'s
+    ``is_token_in_rank``), and HybridEP dispatches by rank and permutes into expert order on arrival
+    (``dispatch_with_permute`` with ``num_of_experts_per_rank``); the combine returns one sum per pair.
+    """
+    n = np.asarray(n, dtype=float)
+    safe = np.maximum(n, 2.0)
+    return np.where(n > 1, remote_nodes_hit(safe, copies, groups, group_topk) * safe / (safe - 1), 1.0)
+
+
 def _log_choose(n, k):
     n = np.asarray(n, dtype=float)
     return gammaln(n + 1) - gammaln(k + 1) - gammaln(np.maximum(n - k, 0) + 1)
@@ -82,8 +96,8 @@ def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: 
     ``copies`` > 1 marks an MoE all-to-all whose buffer holds that many routed copies of
     each token, dispatched node-deduplicated (DeepEP / HybridEP): each token crosses the
     scale-out tier once per other domain holding one of its experts
-    (:func:`remote_nodes_hit`, with the model's routing ``groups`` limit), and every copy then
-    moves over the domain's own links.
+    (:func:`remote_nodes_hit`, with the model's routing ``groups`` limit), and the domain's
+    own links once per rank holding one (:func:`ranks_hit`), not once per copy.
     """
     size = np.asarray(size, dtype=float)
     n = np.asarray(n, dtype=float)
@@ -94,11 +108,13 @@ def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: 
     if kind == "all_to_all":
         copies = np.asarray(copies, dtype=float)
         dedup = copies > 1
+        per_token = size / np.maximum(copies, 1)
+        sent = np.where(dedup, per_token * ranks_hit(n, copies, *groups), size)  # what the dispatch moves
         remote = remote_nodes_hit(n_out, copies, *groups)
-        off_node = np.where(dedup, size / np.maximum(copies, 1) * remote, (n - n_in) / n * size)
+        off_node = np.where(dedup, per_token * remote, (n - n_in) / n * size)
         inter = outer.latency_us * 1e-6 + off_node / (outer.achieved_gbps * 1e9)
-        in_domain = _tier_time(inner, kind, np.where(dedup, size, size * n_in / n), n_in)
-        return np.where(n_out > 1, in_domain + inter, inside)
+        in_domain = _tier_time(inner, kind, np.where(dedup, sent, size * n_in / n), n_in)
+        return np.where(n_out > 1, in_domain + inter, _tier_time(inner, kind, sent, n_in))
     steps, factor = alpha_beta_terms(kind, outer.collectives.for_kind(kind), n)
     ring_gbps = np.minimum(inner.achieved_gbps, n_in * outer.achieved_gbps)
     spanning = steps * outer.latency_us * 1e-6 + factor * size / (ring_gbps * 1e9)

@@ -8,7 +8,7 @@ import pytest
 from stageopt.errors import InfeasiblePlan
 from stageopt.frameworks import load_profile
 from stageopt.hardware import load_hardware
-from stageopt.hardware.network import collective_time, remote_nodes_hit
+from stageopt.hardware.network import collective_time, ranks_hit, remote_nodes_hit
 from stageopt.launch import launch_settings
 from stageopt.model import load_model
 from stageopt.parallel.plan import Plan
@@ -36,20 +36,44 @@ def test_group_limited_routing_reaches_fewer_nodes() -> None:
     assert remote_nodes_hit(12, 8, 8, 4) == pytest.approx(remote_nodes_hit(12, 8))  # groups not whole: uniform
 
 
-def test_flex_all_to_all_sends_each_token_once_per_node() -> None:
+def test_expected_ranks_a_token_reaches() -> None:
+    """Qwen3-30B on one node (128 experts, 16 a rank, top 8): a rank misses all 8 with probability (7/8)^8, so a
+    token reaches 8(1 - (7/8)^8) = 5.25 ranks, not 8; DeepSeek-V3's group limit on 64 ranks (8 groups of 8 ranks,
+    4 groups a token) leaves 32 candidate ranks for its 8 copies."""
+    assert ranks_hit(8, 8) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+    assert ranks_hit(1, 8) == 1.0
+    assert ranks_hit(64, 8, 8, 4) == pytest.approx(32 * (1 - (31 / 32) ** 8))
+    assert ranks_hit(8, 1) == pytest.approx(1.0)  # one copy, one rank
+
+
+def test_a_gate_routing_each_token_to_one_block_of_k_experts_is_group_limited_routing() -> None:
+    """NeMo AutoModel's FakeBalancedGate gives token t the experts t*k .. t*k+k-1 (mod E): one aligned block of k,
+    written router_groups=E/k, router_group_topk=1. Qwen3-30B's blocks of 8 on 16 experts a rank reach one rank;
+    DeepSeek-V3's on 4 experts a rank reach two ranks of one node, so a token leaves its node at most once."""
+    assert ranks_hit(8, 8, 128 // 8, 1) == pytest.approx(1.0)
+    assert ranks_hit(64, 8, 256 // 8, 1) == pytest.approx(2 * (1 - 0.5 ** 8))
+    assert remote_nodes_hit(8, 8, 256 // 8, 1) == pytest.approx(7 / 8)
+
+
+def test_flex_all_to_all_sends_each_token_once_per_node_and_rank() -> None:
     """32 ranks over 4 H100 nodes, a buffer of 8 routed copies per token: the scale-out tier carries
-    S/8 x 3(1 - 0.75^8) bytes instead of 3/4 of S, and NVLink fans every copy out (direct exchange)."""
+    S/8 x 3(1 - 0.75^8) bytes instead of 3/4 of S, and NVLink one copy per rank reached, S/8 x 32(1 - (31/32)^8),
+    of which 7/8 leave the GPU (direct exchange). Inside one node only the per-rank deduplication remains."""
     hw = load_hardware("h100-sxm")
     inner, outer = hw.tiers
     size = 1e9
     flat = collective_time(hw, "all_to_all", size, 32, 1)
     flex = collective_time(hw, "all_to_all", size, 32, 1, copies=8)
-    nvlink = inner.latency_us * 1e-6 + 7 / 8 * size / (inner.achieved_gbps * 1e9)
+    reached = 32 * (1 - (31 / 32) ** 8)
+    nvlink = inner.latency_us * 1e-6 + 7 / 8 * size / 8 * reached / (inner.achieved_gbps * 1e9)
     ib = outer.latency_us * 1e-6 + size / 8 * 3 * (1 - 0.75 ** 8) / (outer.achieved_gbps * 1e9)
     assert flex == pytest.approx(nvlink + ib)
     plain_ib = outer.latency_us * 1e-6 + 0.75 * size / (outer.achieved_gbps * 1e9)
     assert flat == pytest.approx(inner.latency_us * 1e-6 + 7 / 8 * size / 4 / (inner.achieved_gbps * 1e9) + plain_ib)
-    assert collective_time(hw, "all_to_all", size, 8, 1, copies=8) == collective_time(hw, "all_to_all", size, 8, 1)
+    one_node = inner.latency_us * 1e-6 + 7 / 8 * size / 8 * 8 * (1 - (7 / 8) ** 8) / (inner.achieved_gbps * 1e9)
+    assert collective_time(hw, "all_to_all", size, 8, 1, copies=8) == pytest.approx(one_node)
+    assert collective_time(hw, "all_to_all", size, 8, 1) == pytest.approx(
+        inner.latency_us * 1e-6 + 7 / 8 * size / (inner.achieved_gbps * 1e9))
 
 
 def test_analytical_and_replay_price_the_same_flex_dispatch() -> None:
