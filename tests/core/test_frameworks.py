@@ -190,6 +190,25 @@ def test_zero_bubble_is_its_megatron_lm_base_with_the_forks_launch_flags():
     assert set(ours.schedules) == {"1f1b", "interleaved", "zbh1", "zb2p", "zbv"}
 
 
+def test_nemo_automodel_profiles_are_their_torchtitan_bases_with_the_recipes_choices():
+    """AutoModel's dense path is torchtitan-compile-2025 but for FSDP2Manager's bf16 reduction; its MoE path is eager
+    torchtitan with Transformer Engine's attention and RMSNorm, a compiled SwiGLU, grouped-GEMM experts behind DeepEP
+    and the MoE parallelizer's fp32 reduction (NVIDIA-NeMo/Automodel @2013a4dd6 and @8d9bfb90e)."""
+    import dataclasses
+
+    def differ(name, base):
+        ours, theirs = load_profile(name), load_profile(base)
+        return {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(theirs, f.name)}
+
+    assert differ("nemo-automodel", "torchtitan-compile-2025") == {"name", "description", "source", "grad_reduce_dtype"}
+    assert load_profile("nemo-automodel").default_grad_dtype("bf16") == "bf16"
+    assert differ("nemo-automodel-te", "torchtitan") == {"name", "description", "source", "fusions", "moe_dispatcher"}
+    te = load_profile("nemo-automodel-te")
+    assert set(te.fusions) == {"norm", "bias_activation"} and te.default_grad_dtype("bf16") == "fp32"
+    assert (te.attention_kernel, te.expert_gemms) == ("best", "grouped")
+    assert Plan.parse("dp=8 ep=8 gbs=8", framework=te).dispatcher == "flex"
+
+
 def test_outputs_name_the_profile(capsys):
     assert main(["simulate", "--model", "llama3-8b", "--gpus", "8", "--plan", "tp=2 mbs=1 gbs=8",
                  "--framework", "torchtitan", "--json"]) == 0
