@@ -55,5 +55,8 @@ def run(args: argparse.Namespace) -> int:
     subset = "" if res.ranks == res.world else f" (subset of {res.world}; ASTRA-sim needs all ranks)"
     print(f"wrote {res.ranks} traces{subset}, {res.bytes_written / 1e6:.1f} MB, to {res.out_dir} "
           f"in {elapsed:.2f} s")
+    if work.plan.flushes > 1:
+        print(f"the traces hold one of the step's {work.plan.flushes} pipeline flushes (plan flushes): a step is "
+              f"{work.plan.flushes} back-to-back runs of them and one optimizer step")
     print(f"run ASTRA-sim: {res.out_dir / 'run_astrasim.sh'}   (or: {res.command})")
     return 0

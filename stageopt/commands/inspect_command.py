@@ -64,7 +64,9 @@ def _human(x: float, unit: str = "") -> str:
 def render_report(rep: dict) -> str:
     lines = [f"model {rep['model']}  gpus {rep['gpus']}  plan: {rep['plan']}",
              f"params {_human(rep['params_total'])} (active {_human(rep['params_active'])})  "
-             f"micro-batches/iteration {rep['microbatches']}  tokens/iteration {rep['tokens_per_iteration']:,}",
+             f"micro-batches/iteration {rep['microbatches']}"
+             + (f" in {rep['flushes']} pipeline flushes" if rep.get("flushes", 1) > 1 else "")
+             + f"  tokens/iteration {rep['tokens_per_iteration']:,}",
              f"training FLOPs/iteration (all ranks) {_human(rep['flops_per_iteration'], 'FLOP')}  "
              f"peak memory {rep['peak_memory_gib']:.2f} GiB", ""]
     for st in rep["stages"]:

@@ -29,6 +29,9 @@ def bridge_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
     if plan.schedule == "gpipe":
         raise refuse("megatron-bridge", "Megatron-Core has no GPipe schedule",
                      "export a plan with schedule=1f1b or schedule=interleaved")
+    if plan.flushes > 1:
+        raise refuse("megatron-bridge", "Megatron-Core runs a step's micro-batches in one pipeline flush",
+                     "export the plan with flushes=1 (the same micro-batches, one flush), or to torchtitan")
     if plan.tp_overlap and plan.tp > 1 and not plan.sp:
         raise refuse("megatron-bridge", "TP communication overlap needs sequence parallelism",
                      "export the plan with sp=on, or with tp_overlap=off")

@@ -43,6 +43,9 @@ def megatron_settings(model: ModelSpec, plan: Plan) -> LaunchSettings:
                  "dualpipev": "DualPipeV"}
         raise refuse("megatron", f"Megatron-Core has no {names[plan.schedule]} schedule",
                      "export a plan with schedule=1f1b or schedule=interleaved")
+    if plan.flushes > 1:
+        raise refuse("megatron", "Megatron-Core runs a step's micro-batches in one pipeline flush",
+                     "export the plan with flushes=1 (the same micro-batches, one flush), or to torchtitan")
     if plan.tp_overlap and plan.tp > 1 and not plan.sp:
         raise refuse("megatron", "--tp-comm-overlap needs --sequence-parallel",
                      "export the plan with sp=on, or with tp_overlap=off")

@@ -11,9 +11,9 @@ How stageopt's plan maps:
 * TP always comes with sequence-parallel norms in torchtitan, so ``sp=off``
   with tp > 1 cannot be run there; ``tp_overlap`` is async TP (needs compile).
 * The batch: ``local_batch_size`` is per data-parallel rank. With pipeline
-  parallelism it holds every micro-batch (``pipeline_parallel_microbatch_size``
-  each); without, it is one micro-batch and the rest is gradient accumulation
-  up to ``global_batch_size``.
+  parallelism it holds one flush's micro-batches (``pipeline_parallel_microbatch_size``
+  each), the plan's ``flushes`` the gradient accumulation steps up to ``global_batch_size``;
+  without, it is one micro-batch and the rest is gradient accumulation.
 * Pipeline stages get exactly the simulated layers (``module_fqns_per_model_part``).
 * ``recompute=selective`` becomes torchtitan's op-level selective checkpointing
   (recompute cheap ops, keep matmul and attention outputs), the nearest it has.
@@ -94,7 +94,7 @@ def _check(plan: Plan) -> None:
 
 
 def _training(model: ModelSpec, plan: Plan) -> dict[str, Any]:
-    local = plan.gbs // plan.dp if plan.pp > 1 else plan.mbs
+    local = plan.gbs // (plan.dp * plan.flushes) if plan.pp > 1 else plan.mbs
     return {"local_batch_size": local, "global_batch_size": plan.gbs, "seq_len": model.seq,
             "mixed_precision_param": "float32" if plan.dtype == "fp32" else "bfloat16",
             "mixed_precision_reduce": "float32"}

@@ -55,6 +55,10 @@ def validate_plan(plan: Plan, model: ModelSpec, gpus: int | None = None) -> None
         raise InfeasiblePlan(
             f"plan: gbs={plan.gbs} is not divisible by mbs*dp = {plan.mbs}*{plan.dp} = {plan.mbs * plan.dp}; "
             f"use gbs a multiple of {plan.mbs * plan.dp}")
+    if plan.gbs % (plan.mbs * plan.dp * plan.flushes):
+        per = plan.gbs // (plan.mbs * plan.dp)
+        raise InfeasiblePlan(f"plan: flushes={plan.flushes} does not divide the {per} micro-batches of a step "
+                             f"(gbs/(mbs*dp)); use flushes dividing {per}")
     if plan.schedule == "interleaved" and plan.pp > 1:
         _check_microbatch_groups(plan)
     if plan.schedule == "interleaved" and plan.pp == 1:

@@ -45,6 +45,9 @@ class Plan:
     :mod:`stageopt.parallel.ranks`). ``vpp`` is the number of virtual pipeline
     chunks per stage (interleaved 1F1B; V-shaped schedules have 2); the interleaved schedule runs ``vpp_group``
     micro-batches through a chunk before the next (``--microbatch-group-size-per-virtual-pipeline-stage``; 0 = pp).
+    ``flushes`` splits the step's micro-batches over that many back-to-back runs of the schedule, each draining
+    the pipeline and syncing gradients, one optimizer step after the last: gradient accumulation as
+    torch.distributed.pipelining runs it (torchtitan, NeMo AutoModel: one schedule step per local batch).
 
     Uneven pipelines as Megatron-Core builds them: ``first_layers`` /
     ``last_layers`` (``--decoder-first/last-pipeline-num-layers``; 0 = unset),
@@ -90,23 +93,19 @@ class Plan:
     --recompute-num-layers N``) re-runs only the first N decoder layers of each model chunk (each
     virtual stage under interleaving) and stores the others' activations whole; 0: every layer.
 
-    ``adam_moments=bf16`` keeps Adam's two moments in bf16 (Megatron-Core's precision-aware
-    optimizer, ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``): 8 bytes of optimizer state per
-    parameter instead of 12.
+    ``adam_moments=bf16`` keeps Adam's two moments in bf16 (Megatron-Core's precision-aware optimizer,
+    ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``): 8 bytes of optimizer state per parameter instead of 12.
 
-    MoE token dispatch (Megatron-Core's ``--moe-token-dispatcher-type``): ``alltoall``
-    sends every routed copy of a token to its expert's rank; ``flex`` (the DeepEP /
-    HybridEP backends, DeepSeek-V3's dispatch) sends a token once to each node
-    holding one of its experts and fans it out over NVLink there.
+    MoE token dispatch (Megatron-Core's ``--moe-token-dispatcher-type``): ``alltoall`` sends every routed copy of
+    a token to its expert's rank; ``flex`` (DeepEP / HybridEP) sends it once to each node and rank holding its experts.
 
     ``ep_overlap`` (Megatron-Core's ``--overlap-moe-expert-parallel-comm``, Megatron-Bridge's
     ``moe_a2a_overlap``) merges each steady-state forward with the backward after it (combined
     1F1B): one micro-batch's dispatch and combine all-to-alls run under the other's compute. It
     needs no full recompute, no ``moe_overlap``, and with pp > 1 the interleaved schedule; with ep = 1 it is off.
 
-    ``cuda_graphs`` replays the whole training step from CUDA graphs (Megatron-Core's
-    ``--cuda-graph-impl full_iteration``): each kernel pays ``graph_launch_us`` and no host dispatch time.
-    Graphs over some layers' parts only (``transformer_engine`` with a scope) are not modelled.
+    ``cuda_graphs`` replays the whole step from CUDA graphs (``--cuda-graph-impl full_iteration``): each kernel
+    pays ``graph_launch_us`` and no host dispatch time; graphs over parts of layers are not modelled.
 
     ``fp8_recipe`` (Megatron-Core's ``--fp8-recipe``; None: the stack's) is how ``dtype=fp8`` scales
     its casts: ``delayed``, ``tensorwise`` (current scaling) or ``mxfp8`` (kernels.FP8_CASTS).
@@ -130,6 +129,7 @@ class Plan:
     ep: int = 1
     vpp: int = 1
     vpp_group: int = 0
+    flushes: int = 1
     sp: bool | None = None
     mbs: int = 1
     gbs: int = 1
@@ -247,8 +247,8 @@ class Plan:
 
     @property
     def microbatches(self) -> int:
-        """Micro-batches each pipeline runs per iteration."""
-        return self.gbs // (self.mbs * self.dp)
+        """Micro-batches each pipeline runs per flush (per iteration unless ``flushes`` > 1)."""
+        return self.gbs // (self.mbs * self.dp * self.flushes)
 
     @property
     def p2p_scatter_gather(self) -> bool:

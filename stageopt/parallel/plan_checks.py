@@ -86,6 +86,10 @@ def check_pipeline_fields(plan) -> None:
     elif plan.vpp > 1 and plan.schedule != "interleaved":
         raise InfeasiblePlan(f"plan: vpp={plan.vpp} needs schedule=interleaved "
                              f"(got schedule={plan.schedule}); set schedule=interleaved or vpp=1")
+    flushes = plan.flushes
+    if not isinstance(flushes, int) or isinstance(flushes, bool) or not 1 <= flushes <= 10**6:
+        raise InfeasiblePlan(f"plan field 'flushes' must be an integer in 1..1000000 (1: one schedule run a step), "
+                             f"got {shorten(flushes)}")
     group = plan.vpp_group
     if not isinstance(group, int) or isinstance(group, bool) or not 0 <= group <= 10**6:
         raise InfeasiblePlan(f"plan field 'vpp_group' must be an integer in 0..1000000 (0 = pp), got {shorten(group)}")

@@ -12,7 +12,7 @@ from stageopt.errors import InfeasiblePlan
 from stageopt.inputs.gate import clip
 
 _INT_FIELDS = ("dp", "tp", "cp", "pp", "ep", "vpp", "mbs", "gbs", "zero", "first_layers", "last_layers", "dp_shard",
-               "etp", "cp_a2a", "offload_layers", "recompute_layers", "vpp_group", "bucket_mb")
+               "etp", "cp_a2a", "offload_layers", "recompute_layers", "vpp_group", "bucket_mb", "flushes")
 _BOOL_FIELDS = ("sp", "dp_overlap", "tp_overlap", "embed_split", "loss_split", "moe_overlap", "ep_overlap",
                 "cuda_graphs", "fp8_params")
 _ALIASES = {"micro_batch": "mbs", "global_batch": "gbs", "interleave": "vpp",
@@ -96,6 +96,7 @@ def plan_text(plan) -> str:
              "embed_split=on" if plan.embed_split else "", "loss_split=on" if plan.loss_split else "",
              f"layout={plan.layout}" if plan.layout else "",
              f"vpp_group={plan.vpp_group}" if plan.vpp_group else "",
+             f"flushes={plan.flushes}" if plan.flushes > 1 else "",
              f"cp_comm={plan.cp_comm}" if plan.cp_comm != "all_gather" else "",
              f"cp_a2a={plan.cp_a2a}" if plan.cp_a2a else "",
              "moe_overlap=on" if plan.moe_overlap else "", "ep_overlap=on" if plan.ep_overlap else "",

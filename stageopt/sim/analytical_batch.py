@@ -35,7 +35,7 @@ from stageopt.sim.analytical_tail import stage_tail, zero3_exposed
 from stageopt.workload.memory import GIB
 from stageopt.workload.offload import exposed_copy_seconds, offloaded_bytes, offloaded_layer_counts
 
-FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero", "offload_layers")
+FIELDS = ("tp", "cp", "ep", "dp", "pp", "vpp", "mbs", "gbs", "zero", "offload_layers", "flushes")
 SCHEDULE_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zbh1": 3, "zbv": 4, "dualpipe": 5, "dualpipev": 6,
                  "zb2p": 7}
 
@@ -129,7 +129,8 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     hw = hw.for_stack(proto.framework)
     partial = any(p.recomputed_per_chunk is not None for p in plans)
     cost = {k: block_costs(model, hw, proto, c, k) for k in block_kinds(model, with_stored=partial)}
-    m = c["gbs"] / (c["mbs"] * c["dp"])
+    flushes = c["flushes"]  # back-to-back runs of the schedule a step, each syncing gradients
+    m = c["gbs"] / (c["mbs"] * c["dp"] * flushes)  # micro-batches of one flush
     pp, vpp = c["pp"], c["vpp"]
     tables = stage_tables(model, plans)
     stages = _stage_parts(model, hw, plans, tables, cost, c, m)
@@ -144,18 +145,22 @@ def _evaluate_group(model: ModelSpec, hw: Hardware, plans: list[Plan], c: dict[s
     out = {f"t_{k}": np.array(v, dtype=float) for k, v in out.items()}
     apply_split_schedules(model, plans, cost, c, c.pop("hops"), stages, pipe, busy, out,
                           hw.gpu.efficiency.a2a_overlap_saving)
-    tails = np.stack([np.where(st["valid"], st["tail"]["dp"] + st["tail"]["optimizer"], 0.0) for st in stages])
+    pipe, busy = flushes * pipe, flushes * busy
+    out = {k: flushes * v for k, v in out.items()}
+    tails = np.stack([np.where(st["valid"], flushes * st["tail"]["dp"] + st["tail"]["optimizer"], 0.0)
+                      for st in stages])
     tail_crit = tails.argmax(axis=0)
     iteration = pipe + tails.max(axis=0)
     mem_crit = np.stack([np.where(st["valid"], st["mem"]["total"], 0.0) for st in stages]).argmax(axis=0)
     out["iteration_time_s"] = iteration
     bubble = pipe - busy
     out["t_bubble"] = np.where(np.abs(bubble) < 1e-9 * pipe, 0.0, bubble)  # an overlapped ZB-2p: 0, not -0.000
-    out["t_dp"] = _pick(stages, tail_crit, lambda st: st["tail"]["dp"]) + runs * _pick(stages, crit, lambda st: st["parts"]["zero3"])
+    out["t_dp"] = flushes * (_pick(stages, tail_crit, lambda st: st["tail"]["dp"])
+                             + runs * _pick(stages, crit, lambda st: st["parts"]["zero3"]))
     out["t_optimizer"] = _pick(stages, tail_crit, lambda st: st["tail"]["optimizer"])
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total"):
         out[f"mem_{key}"] = _pick(stages, mem_crit, lambda st: st["mem"][key]) / GIB
-    _rates(model, hw, plans, tables, cost, c, m, iteration, out)
+    _rates(model, hw, plans, tables, cost, c, m * flushes, iteration, out)
     return out
 
 

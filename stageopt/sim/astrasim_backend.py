@@ -67,8 +67,12 @@ class AstraSimSimulator(Simulator):
         if result.known_exit_fault:
             retry = f" (run {result.attempts} times)" if result.attempts > 1 else ""
             notes.insert(0, EXIT_FAULT_NOTE.format(retry=retry))
-        est = estimate_from_times(work, hw, self.name, result.max_cycles * 1e-9,
-                                  result.per_rank_exposed_comm[slowest] * 1e-9,
+        flushes = work.plan.flushes  # the traces hold one pipeline flush; a step runs them back to back
+        if flushes > 1:
+            notes.append(f"the traces hold one of the step's {flushes} pipeline flushes; the step is {flushes} "
+                         "back-to-back runs of them")
+        est = estimate_from_times(work, hw, self.name, flushes * result.max_cycles * 1e-9,
+                                  flushes * result.per_rank_exposed_comm[slowest] * 1e-9,
                                   {"network": self.network, "known_exit_fault": result.known_exit_fault,
                                    "attempts": result.attempts, "notes": notes})
         if est.mfu > 1.0:

@@ -64,10 +64,12 @@ class ReplaySimulator(Simulator):
         slowest = max(timings, key=lambda t: t.finish_s)
         e = slowest.exposed_s
         comm = slowest.comm_only_s - e["offload"]
-        est = estimate_from_times(work, hw, self.name, slowest.finish_s, comm)
+        flushes = work.plan.flushes  # the programs hold one flush; a step runs them back to back
+        est = estimate_from_times(work, hw, self.name, flushes * slowest.finish_s, flushes * comm)
         breakdown = {"compute": slowest.compute_s, "exposed_tp_comm": e["tp"], "exposed_cp_comm": e["cp"],
                      "exposed_ep_comm": e["ep"], "pipeline_p2p": e["p2p"], "pipeline_bubble": slowest.idle_s,
                      "exposed_dp_comm": e["dp"], "activation_offload": e["offload"], "exposed_comm": comm}
+        breakdown = {k: flushes * v for k, v in breakdown.items()}
         details = {"stage_finish_s": [t.finish_s for t in timings], "dp_stream": self.dp_stream}
         if overlaps_iterations(work.plan):
             details["notes"] = [POST_VALIDATION]

@@ -64,8 +64,9 @@ class Workload:
         return round(boundary / self.plan.tp if self.plan.p2p_scatter_gather else boundary)
 
     def runs(self, chunk: Chunk) -> int:
-        """Micro-batches that pass through a chunk per iteration (DualPipe feeds each copy half of them)."""
-        m = self.plan.microbatches
+        """Micro-batches that pass through a chunk per iteration, over all its flushes (DualPipe feeds each copy
+        half of them)."""
+        m = self.plan.microbatches * self.plan.flushes
         return m // 2 if self.plan.schedule in BIDIRECTIONAL else m
 
     def iteration_sum(self, stage: int, name: str) -> float:
