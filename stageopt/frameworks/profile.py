@@ -166,6 +166,11 @@ class FrameworkProfile:
     ``fuse_wgrad_accumulation``), so its output store reads and writes the buffer's dtype
     (``grad_dtype``) on every micro-batch instead of writing one BF16 copy. Not under ZeRO-3: Megatron-FSDP
     runs without it (Megatron-Bridge's FSDP recipes set ``gradient_accumulation_fusion = False``).
+    ``master_weights``: the optimizer keeps an fp32 master copy of every parameter it updates (Megatron's
+    distributed optimizer, FSDP over fp32 parameters); off, it updates the bf16 parameters in place and their
+    gradients are held in bf16 after the reduction, as ``torch.optim.Adam`` or Transformer Engine's ``FusedAdam``
+    (``master_weights=False``, its default) on a model loaded in bf16 do (NeMo AutoModel's recipes): Adam's
+    moments are then all the state a parameter carries (plan ``adam_moments``).
     ``optimizer_post_validation``: the stack replaces the optimizer step's global synchronisation (the gradient
     norm for clipping, the inf/NaN check) with a check after the update (Qi et al. 2024, sec. 4; the zero-bubble
     fork's ``--enable-optimizer-post-validation``), so each pipeline stage starts the next iteration as soon as it
@@ -220,6 +225,7 @@ class FrameworkProfile:
     fsdp_copies: Literal["none", "fsdp1", "fsdp2"] = "none"
     wgrad_accumulation_fusion: bool = False
     optimizer_post_validation: bool = False
+    master_weights: bool = True
     async_p2p_schedules: tuple[str, ...] = ()
     nccl_release: str | None = None
 

@@ -82,12 +82,10 @@ class Plan:
     ``layernorm``, ``mlp`` (dense MLPs), ``moe``, ``moe_act``, ``shared_experts``.
     Empty: the stack's own selective policy.
 
-    ``offload_layers`` (Megatron-Core's ``--cpu-offloading-num-layers``): the
-    saved activations of the first that many decoder layers are copied to host
-    memory during forward and back before their backward, each copy overlapped
-    with the next layer's compute (Transformer Engine's offload handler).
-    Megatron-Core allows it only without pipeline parallelism and without
-    recompute; the host link is the hardware's ``gpu.host_link_gbps``.
+    ``offload_layers`` (Megatron-Core's ``--cpu-offloading-num-layers``): the saved activations of the first that
+    many decoder layers are copied to host memory during forward and back before their backward, each copy
+    overlapped with the next layer's compute (Transformer Engine's offload handler); Megatron-Core allows it only
+    without pipeline parallelism and recompute; the host link is the hardware's ``gpu.host_link_gbps``.
 
     ``recompute_layers`` (with ``recompute=full``; Megatron-Core's ``--recompute-method block
     --recompute-num-layers N``) re-runs only the first N decoder layers of each model chunk (each
@@ -107,13 +105,10 @@ class Plan:
     ``cuda_graphs`` replays the whole step from CUDA graphs (``--cuda-graph-impl full_iteration``): each kernel
     pays ``graph_launch_us`` and no host dispatch time; graphs over parts of layers are not modelled.
 
-    ``fp8_recipe`` (Megatron-Core's ``--fp8-recipe``; None: the stack's) is how ``dtype=fp8`` scales
-    its casts: ``delayed``, ``tensorwise`` (current scaling) or ``mxfp8`` (kernels.FP8_CASTS).
-    ``bucket_mb`` (Apex distributed Adam's ``bucket_cap_mb``, as NeMo 1 configs set it; 0: the stack's
-    buckets) caps each data-parallel gradient and parameter bucket at that many MiB of gradients.
-    ``fp8_params`` (Megatron's ``--fp8-param-gather`` / ``--fp4-param-gather``; None: the stack's):
-    with ``dtype=fp8`` or ``nvfp4`` the weights are held and data-parallel gathered in that precision;
-    off, they stay BF16 (:attr:`weight_bytes`).
+    ``fp8_recipe`` (``--fp8-recipe``; None: the stack's): ``delayed``, ``tensorwise`` or ``mxfp8`` (kernels.FP8_CASTS).
+    ``bucket_mb`` (Apex's ``bucket_cap_mb``; 0: the stack's) caps each data-parallel bucket at that many MiB.
+    ``fp8_params`` (Megatron's ``--fp8-param-gather`` / ``--fp4-param-gather``; None: the stack's): with ``dtype=fp8``
+    or ``nvfp4`` the weights are held and gathered in that precision; off, they stay BF16 (:attr:`weight_bytes`).
 
     Expert tensor parallelism (Megatron-Core's ``--expert-tensor-parallel-size``):
     ``etp`` 0 (or ``tp``) splits every routed expert over the TP group as the dense
@@ -341,8 +336,13 @@ class Plan:
 
     @property
     def optimizer_bytes(self) -> int:
-        """Optimizer state per parameter: the fp32 master weight and Adam's two moments."""
-        return 4 + 2 * DTYPES[self.adam_moments]
+        """Optimizer state per parameter: the fp32 master weight (unless the stack has none) and Adam's moments."""
+        return 4 * self.framework.master_weights + 2 * DTYPES[self.adam_moments]
+
+    @property
+    def grad_held_bytes(self) -> float:
+        """Bytes a parameter's gradient is held in: the reduction dtype, or bf16 without master weights."""
+        return self.grad_bytes if self.framework.master_weights else DTYPES["bf16"]
 
     def replace(self, **changes: object) -> "Plan":
         return dataclasses.replace(self, **changes)

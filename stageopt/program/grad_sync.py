@@ -128,7 +128,7 @@ class GradSync:
         dense_shard, expert_shard = shard_degrees(self.work)
         updated = dense / dense_shard + expert / expert_shard if plan.step_zero >= 1 else dense + expert
         flops = round(OPTIMIZER_FLOPS_PER_PARAM * updated)
-        touched = round(updated * (plan.grad_bytes + 2 * plan.optimizer_bytes + plan.weight_bytes))  # states r+w
+        touched = round(updated * (plan.grad_held_bytes + 2 * plan.optimizer_bytes + plan.weight_bytes))  # states r+w
         opt = self.b.comp("optimizer", "optimizer", list(self.reductions), flops, touched, "vector")
         if plan.step_zero not in (1, 2):
             return

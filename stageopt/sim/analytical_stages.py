@@ -85,7 +85,7 @@ def stage_memory(proto: Plan, cost: dict, comp: dict, c: dict, m: np.ndarray, s:
         return np.where(on, dense / (c["shard_dp"] * c["cp"]) + expert / c["expert_dp"], dense + expert)
 
     weights = sharded(zero >= 3) * proto.weight_bytes
-    gradients = sharded(zero >= 2) * proto.grad_bytes
+    gradients = sharded(zero >= 2) * proto.grad_held_bytes
     optimizer = sharded(zero >= 1) * proto.optimizer_bytes
     held, head_held = in_flight(c, m, s)
     saved = sum(n * cost[k]["agg"][saved_bytes_key(proto)] for k, n in comp.items() if k in cost)

@@ -70,7 +70,7 @@ def stage_tail(hw: Hardware, proto: Plan, cost: dict, comp: dict, c: dict, m: np
     zero3_last = np.where(zero >= 3, scatters / layers, 0.0)  # one block's scatter
     sharded = zero >= 1
     updated = dense / np.where(sharded, shard, 1) + expert / np.where(sharded, expert_n, 1)
-    opt_bytes = updated * (2 * proto.optimizer_bytes + g_bytes + w_bytes)  # master, m, v read and written
+    opt_bytes = updated * (2 * proto.optimizer_bytes + proto.grad_held_bytes + w_bytes)  # states read and written
     optimizer = hw.gpu.vector_time_s(opt_bytes)  # one fused (multi-tensor) Adam kernel
     return {"dp": dp_time, "optimizer": optimizer, "zero3": zero3_mb, "zero3_fwd": zero3_fwd,
             "zero3_first": zero3_first, "zero3_last": zero3_last}

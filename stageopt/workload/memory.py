@@ -105,7 +105,7 @@ def stage_memory(work: Workload, stage: int) -> MemoryBreakdown:
         return count_dense / dense_shard + count_expert / expert_shard if on else count_dense + count_expert
 
     weights = sharded(dense, expert, plan.step_zero >= 3) * plan.weight_bytes
-    gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_bytes
+    gradients = sharded(dense, expert, plan.step_zero >= 2) * plan.grad_held_bytes
     optimizer = sharded(dense, expert, plan.step_zero >= 1) * plan.optimizer_bytes
     order = stage_order(plan, stage)
     per_chunk = {c.local: work.chunk_sum(c, saved_bytes_key(plan)) for c in work.chunks[stage]}

@@ -41,3 +41,21 @@ def test_the_field_is_checked_and_survives_the_plan_string() -> None:
     assert plan.optimizer_bytes == 8 and Plan.parse(str(plan)).adam_moments == "bf16"
     with pytest.raises(InfeasiblePlan, match="'adam_moments' must be fp32 or bf16"):
         Plan.parse("dp=8 gbs=8 adam_moments=fp8")
+
+
+def test_a_stack_without_master_weights_holds_only_the_moments_and_bf16_gradients() -> None:
+    """NeMo AutoModel steps a model loaded in bf16 with torch.optim.Adam: no fp32 master copy, moments in bf16
+    (2 + 2 bytes a sharded parameter) and the fp32-reduced gradient cast back to the bf16 parameter (2 bytes, not
+    the 4 of its reduction dtype); Megatron-Core holds 4 + 4 + 4 and its gradients in its bf16 reduction dtype."""
+    from stageopt.frameworks import load_profile
+
+    stack = load_profile("nemo-automodel-te")
+    plan = Plan.parse("dp=8 gbs=8 zero=3 adam_moments=bf16", framework=stack)
+    assert (plan.optimizer_bytes, plan.grad_held_bytes, plan.grad_bytes) == (4, 2, 4)
+    work = build_workload(MODEL, plan, 8)
+    dense, _ = stage_params(work, 0)
+    mem = stage_memory(work, 0)
+    assert mem.optimizer == pytest.approx(dense / 8 * 4)
+    assert mem.gradients == pytest.approx(dense / 8 * 2)
+    megatron = stage_memory(build_workload(MODEL, Plan.parse("dp=8 gbs=8 zero=3"), 8), 0)
+    assert (megatron.optimizer, megatron.gradients) == (pytest.approx(dense / 8 * 12), pytest.approx(dense / 8 * 2))

@@ -200,9 +200,11 @@ def test_nemo_automodel_profiles_are_their_torchtitan_bases_with_the_recipes_cho
         ours, theirs = load_profile(name), load_profile(base)
         return {f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(theirs, f.name)}
 
-    assert differ("nemo-automodel", "torchtitan-compile-2025") == {"name", "description", "source", "grad_reduce_dtype"}
+    assert differ("nemo-automodel", "torchtitan-compile-2025") == {"name", "description", "source", "grad_reduce_dtype",
+                                                                  "master_weights"}
     assert load_profile("nemo-automodel").default_grad_dtype("bf16") == "bf16"
-    assert differ("nemo-automodel-te", "torchtitan") == {"name", "description", "source", "fusions", "moe_dispatcher"}
+    assert differ("nemo-automodel-te", "torchtitan") == {"name", "description", "source", "fusions", "moe_dispatcher",
+                                                         "master_weights"}
     te = load_profile("nemo-automodel-te")
     assert set(te.fusions) == {"norm", "bias_activation"} and te.default_grad_dtype("bf16") == "fp32"
     assert (te.attention_kernel, te.expert_gemms) == ("best", "grouped")
