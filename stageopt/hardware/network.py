@@ -44,14 +44,16 @@ def ranks_inside_node(hw: Hardware, n, stride):
     return np.minimum(n, per_node)
 
 
-def remote_nodes_hit(n_out, copies, groups: int = 0, group_topk: int = 0):
+def remote_nodes_hit(n_out, copies, groups: int = 0, group_topk: int = 0, experts: int = 0):
     """Expected other domains a token's ``copies`` routed experts fall in, experts spread evenly over
     ``n_out`` domains and chosen uniformly: ``(n_out - 1)(1 - (1 - 1/n_out)^copies)``.
 
     Group-limited routing (DeepSeek-V3's device-limited routing: experts in ``groups`` groups, each token
     choosing among the experts of ``group_topk`` groups): with whole groups per domain a token reaches the
     domains holding its chosen groups, ``n_out (1 - C(G - G/n_out, g) / C(G, g))`` of them; with each group
-    over ``s`` domains its copies fall uniformly on the ``g s`` domains of its groups. A share
+    over ``s`` domains its copies fall uniformly on the ``g s`` domains of its groups. With one group a token
+    and groups that straddle domains otherwise (given the model's ``experts``), the domains its group overlaps,
+    each hit unless all copies fall elsewhere in the group (:func:`_one_group_reach`). A share
     ``(n_out - 1)/n_out`` of the domains reached are other domains.
     """
     n_out = np.asarray(n_out, dtype=float)
@@ -68,10 +70,30 @@ def remote_nodes_hit(n_out, copies, groups: int = 0, group_topk: int = 0):
     spread = (span > 1) & (np.mod(safe, groups) == 0)
     pool = group_topk * span
     reached = np.where(spread, pool * (1 - (1 - 1 / pool) ** copies), reached)
-    return np.where(whole | spread, np.minimum(reached * (n_out - 1) / safe, uniform), uniform)
+    known = whole | spread
+    if group_topk == 1 and experts:
+        straddle = np.vectorize(lambda d, k: _one_group_reach(d, k, groups, experts) if d > 1 else 1.0)(safe, copies)
+        reached, known = np.where(known, reached, straddle), np.ones_like(known, dtype=bool)
+    return np.where(known, np.minimum(reached * (n_out - 1) / safe, uniform), uniform)
 
 
-def ranks_hit(n, copies, groups: int = 0, group_topk: int = 0):
+def _one_group_reach(domains: float, copies: float, groups: int, experts: int) -> float:
+    """Expected domains a token reaches when its ``copies`` are drawn without replacement from one of ``groups``
+    aligned blocks of consecutive experts, each domain holding ``experts / domains`` consecutive experts (the
+    layout Megatron-Core and AutoModel give EP ranks), averaged over the blocks."""
+    size, held_by = experts / groups, experts / domains
+    total = 0.0
+    for block in range(groups):
+        low, high = block * size, (block + 1) * size
+        for domain in range(int(low // held_by), int(np.ceil(high / held_by))):
+            held = min(high, (domain + 1) * held_by) - max(low, domain * held_by)  # the block's experts there
+            if held > 0:
+                total += 1.0 - (float(np.exp(_log_choose(size - held, copies) - _log_choose(size, copies)))
+                                if size - held >= copies else 0.0)
+    return total / groups
+
+
+def ranks_hit(n, copies, groups: int = 0, group_topk: int = 0, experts: int = 0):
     """Expected distinct ranks of an ``n``-rank EP group that a token's ``copies`` routed experts fall on
     (experts spread evenly, chosen as :func:`remote_nodes_hit` chooses them; one rank: 1).
 
@@ -82,7 +104,7 @@ def ranks_hit(n, copies, groups: int = 0, group_topk: int = 0):
     """
     n = np.asarray(n, dtype=float)
     safe = np.maximum(n, 2.0)
-    return np.where(n > 1, remote_nodes_hit(safe, copies, groups, group_topk) * safe / (safe - 1), 1.0)
+    return np.where(n > 1, remote_nodes_hit(safe, copies, groups, group_topk, experts) * safe / (safe - 1), 1.0)
 
 
 def _log_choose(n, k):
@@ -90,7 +112,7 @@ def _log_choose(n, k):
     return gammaln(n + 1) - gammaln(k + 1) - gammaln(np.maximum(n - k, 0) + 1)
 
 
-def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: tuple[int, int] = (0, 0)):
+def collective_time(hw: Hardware, kind: str, size, n, stride, copies=1, groups: tuple[int, int, int] = (0, 0, 0)):
     """Seconds for one collective; ``size`` is the whole buffer (AG output, RS input).
 
     ``copies`` > 1 marks an MoE all-to-all whose buffer holds that many routed copies of

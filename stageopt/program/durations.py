@@ -82,7 +82,7 @@ def node_durations(program: StageProgram, work: Workload, hw: Hardware, tp_async
         sizes = np.array([n.comm_size for n in members], dtype=float) * (size if collective == "all_gather" else 1)
         buckets = np.array([collective_buckets(n, s, plan) for n, s in zip(members, sizes)])
         copies = work.model.top_k if (collective, group, plan.dispatcher) == ("all_to_all", "ep", "flex") else 1
-        routing = (work.model.router_groups, work.model.router_group_topk)
+        routing = (work.model.router_groups, work.model.router_group_topk, work.model.experts)
         out[idx] = buckets * collective_time(hw, collective, sizes / buckets, size, group_stride(plan, group), copies,
                                              routing)
     for n in nodes:  # TP userbuffer overlap; ring (p2p) context parallelism under its attention blocks

@@ -75,7 +75,7 @@ def _collective_costs(cost: dict, model: ModelSpec, hw: Hardware, proto: Plan, c
                           for cs in members])
         copies = np.where(c["flex"], model.top_k, 1) if (axis, kind_) == ("ep", "all_to_all") else 1
         comm = collective_time(hw, kind_, sizes, degree[axis], stride[axis], copies,
-                               (model.router_groups, model.router_group_topk))
+                               (model.router_groups, model.router_group_topk, model.experts))
         for i, cs in enumerate(members):
             pipelined = np.zeros(n, dtype=bool)
             if cs.hides:  # TP: userbuffer overlap; CP: the ring's K/V under attention; EP: dispatch under shared

@@ -55,6 +55,17 @@ def test_a_gate_routing_each_token_to_one_block_of_k_experts_is_group_limited_ro
     assert remote_nodes_hit(8, 8, 256 // 8, 1) == pytest.approx(7 / 8)
 
 
+def test_one_group_a_token_reaches_the_domains_its_block_of_experts_overlaps() -> None:
+    """Kimi K2's 384 experts on 32 ranks (12 a rank) under AutoModel's fake gate (one block of 8 consecutive experts
+    a token): blocks 0, 2 fit in one rank and block 1 straddles two, so a token reaches 4/3 ranks, and one node of the
+    4 (each holds 12 whole blocks). With fewer copies than the block: 12 experts in 3 blocks of 4 on 2 domains of 6,
+    two copies: the middle block misses either half with probability C(2,2)/C(4,2) = 1/6, so (1 + 5/3 + 1)/3."""
+    assert ranks_hit(32, 8, 48, 1, 384) == pytest.approx(4 / 3)
+    assert remote_nodes_hit(4, 8, 48, 1, 384) == pytest.approx(3 / 4)
+    assert ranks_hit(2, 2, 3, 1, 12) == pytest.approx(11 / 9)
+    assert ranks_hit(32, 8, 48, 1) == pytest.approx(ranks_hit(32, 8))  # no expert count: uniform, as before
+
+
 def test_flex_all_to_all_sends_each_token_once_per_node_and_rank() -> None:
     """32 ranks over 4 H100 nodes, a buffer of 8 routed copies per token: the scale-out tier carries
     S/8 x 3(1 - 0.75^8) bytes instead of 3/4 of S, and NVLink one copy per rank reached, S/8 x 32(1 - (31/32)^8),
