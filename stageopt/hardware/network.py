@@ -24,6 +24,8 @@ the scale-out tier.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.special import gammaln
 
@@ -77,6 +79,7 @@ def remote_nodes_hit(n_out, copies, groups: int = 0, group_topk: int = 0, expert
     return np.where(known, np.minimum(reached * (n_out - 1) / safe, uniform), uniform)
 
 
+@functools.lru_cache(maxsize=4096)  # a search asks the same few layouts for every candidate
 def _one_group_reach(domains: float, copies: float, groups: int, experts: int) -> float:
     """Expected domains a token reaches when its ``copies`` are drawn without replacement from one of ``groups``
     aligned blocks of consecutive experts, each domain holding ``experts / domains`` consecutive experts (the
