@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 # How the table names each fused attention kernel a profile can run (FrameworkProfile.attention_kernel).
-ATTENTION_KERNEL_LABELS = {"best": "cuDNN today", "cudnn-2024": "cuDNN 2024", "fa2": "FlashAttention-2"}
+ATTENTION_KERNEL_LABELS = {"best": "cuDNN today", "cudnn-2024": "cuDNN 2024", "fa2": "FlashAttention-2",
+                           "flex": "FlexAttention"}
 
 
 def _attention(profile) -> str:

@@ -27,7 +27,9 @@ FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")  # how FP8 casts are scaled (Me
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
 FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1",
-                 "squared_relu")
+                 "squared_relu", "activation_clamp")
+# "activation_clamp": the experts' input clamp (gpt-oss's swiglu_limit) runs inside their compiled activation
+# kernel rather than as eager clamps before it.
 # hp_grad.add_(lp_grad.to(fp32)): read the bf16 gradient (2), write its fp32 copy (4), read the copy and the
 # fp32 buffer (4 + 4), write the buffer (4). Zeroing the bf16 gradients first is left out (version-dependent).
 GRAD_CAST_ADD_BYTES = 18
@@ -65,7 +67,8 @@ class FrameworkProfile:
     containers shipped, :data:`stageopt.hardware.efficiency.CUDNN_2024_SHARE` of the best rate)
     or ``fa2`` (FlashAttention-2, as PyTorch SDPA's flash backend ships; the
     GPU's ``attention_*.fa2_peak_fraction``, measured, or ``fa2_attention_scale``
-    of the best share where it is not). ``attention_unpad``: the stack calls FlashAttention's variable-length
+    of the best share where it is not) or ``flex`` (PyTorch's FlexAttention, its measured share of the best
+    kernel: :data:`stageopt.hardware.efficiency.FLEX_SHARE`). ``attention_unpad``: the stack calls FlashAttention's variable-length
     kernel through its padding helpers (flash_attn.bert_padding: a gather of the query, key and value rows
     before, a zero-filled scatter of the output after, and their transposes in backward), as llm-foundry's
     attn_impl flash does. ``fusions`` lists the elementwise fusion
@@ -102,6 +105,9 @@ class FrameworkProfile:
     ``expert_gemms`` is how a rank's routed experts run their GEMMs: ``grouped`` (one grouped
     kernel: CUTLASS grouped GEMM, ``torch._grouped_mm``) or ``per_expert`` (one cuBLAS GEMM per
     local expert, spread over a few compute streams: Transformer Engine's ``GroupedLinear``).
+    ``expert_bias`` is how it adds routed experts' biases (gpt-oss): ``megatron`` (the first inside the fused
+    bias-activation kernel, the second scaled by the router probabilities in fp32, eagerly: Megatron-Core) or
+    ``eager`` (both added per local expert in bf16 and concatenated: NeMo AutoModel's DeepEP experts).
     ``cross_entropy`` is how the loss holds memory (bytes a logit kept from
     forward to backward, and at the loss's peak): ``te_fused`` (Transformer
     Engine's fused cross-entropy, as Megatron-Bridge sets it: the gradient is
@@ -199,7 +205,7 @@ class FrameworkProfile:
     dp_bucket: Literal["layer", "chunk", "stage"] = "layer"
     schedules: tuple[str, ...] = SCHEDULE_NAMES
     fusions: tuple[str, ...] = ()
-    attention_kernel: Literal["best", "cudnn-2024", "fa2"] = "best"
+    attention_kernel: Literal["best", "cudnn-2024", "fa2", "flex"] = "best"
     attention_unpad: bool = False
     pipeline_scatter_gather: bool = False
     grad_bucket_params: float | None = 4e7
@@ -213,6 +219,7 @@ class FrameworkProfile:
     bf16_grad_all_reduce: bool = False
     moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
     expert_gemms: Literal["grouped", "per_expert"] = "grouped"
+    expert_bias: Literal["megatron", "eager"] = "megatron"
     cp_comm: Literal["all_gather", "p2p", "a2a", "a2a+p2p"] = "all_gather"
     cross_entropy: Literal["te_fused", "flash_attn", "in_place", "native_fused", "pytorch"] = "in_place"
     fp8_saves_inputs: bool = False

@@ -217,7 +217,7 @@ def _unconverted(fwd: GraphBuilder, t: Tensor) -> Tensor:
 
 def arch_of(model, plan) -> Arch:
     """The structural choices of a block: the model's, with the stack's attention kernel and dropout (and the
-    experts' second bias added in fp32 and their activation's clamp run eagerly, as Megatron-Core does)."""
+    experts' biases and their activation's clamp as the stack runs them)."""
     stack = plan.framework
     attention = stack.attention if stack.attention is not None else model.attention
     dropout = stack.dropout if stack.dropout is not None else model.dropout
@@ -231,6 +231,7 @@ def arch_of(model, plan) -> Arch:
                 expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard,
                 lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0,
                 parallel_block=model.parallel_block, rope_fusable=model.rope_mscale == 1,
-                expert_bias_fp32=True, expert_clamp=model.activation_clamp > 0, qk_norm=model.qk_norm,
+                expert_bias=stack.expert_bias,
+                expert_clamp=model.activation_clamp > 0 and "activation_clamp" not in stack.fusions, qk_norm=model.qk_norm,
                 loss=stack.cross_entropy, attention_unpad=stack.attention_unpad,
                 expert_gemm_each=stack.expert_gemms == "per_expert")

@@ -1,7 +1,8 @@
 """The routed-expert (MoE) block template: router, dispatch, grouped expert MLPs, combine, shared experts.
 
 Apart from :mod:`stageopt.graph.templates` because the expert path carries its own stack-specific eager
-kernels (Megatron-Core's clamp before the activation and its fp32 expert-bias path) on top of the
+kernels (Megatron-Core's clamp before the activation and its fp32 expert-bias path, NeMo AutoModel's eager
+bf16 biases) on top of the
 all-to-all dispatch that expert parallelism inserts.
 """
 
@@ -38,9 +39,13 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
                     extra=fc1)
     up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")), extra=fc1)
-    # Expert biases (gpt-oss): the first layer's are added inside the fused bias-activation kernel.
+    # Expert biases (gpt-oss): the first layer's are added inside the fused bias-activation kernel, or eagerly.
     fc1_bias = tuple(weight(f"we_{n}_bias", (E, FE), expert.with_("tp", Split(1)) if arch.expert_tp else expert,
                             "expert") for n in ("gate", "up")) if arch.bias else ()
+    if fc1_bias and arch.expert_bias == "eager":
+        gate, up = (_expert_eager_bias(b, half, bias, f"expert.{n}_bias")
+                    for half, bias, n in zip((gate, up), fc1_bias, ("gate", "up")))
+        fc1_bias = ()
     if arch.expert_clamp:
         gate, up = _expert_clamp(b, gate, up)
     (act,) = b.vector("expert.swiglu", (gate, up, *fc1_bias), flops_per_elem=5, bwd_flops_per_elem=8,
@@ -94,11 +99,30 @@ def _expert_output_bias(b: GraphBuilder, down: Tensor, arch: Arch) -> Tensor:
     if not arch.bias:
         return down
     bias = weight("we_down_bias", (E, H), Layout.of(ep=Split(0)), "expert")
-    if not arch.expert_bias_fp32:
+    if arch.expert_bias == "eager":
+        return _expert_eager_bias(b, down, bias, "expert.fc2_bias", scaled=True)
+    if arch.expert_bias != "megatron":
         (y,) = b.vector("expert.fc2_bias", (down, bias), linear=True)
         return y
     (y,) = b.vector("expert.fc2_bias", (down, bias), flops_per_elem=3, bwd_flops_per_elem=3, linear=True,
                     eager_passes=7.0, bwd_eager_passes=10.0, kernels=(2, 2), bwd_kernels=(2, 5))
+    return y
+
+
+def _expert_eager_bias(b: GraphBuilder, x: Tensor, bias: Tensor, name: str, scaled: bool = False) -> Tensor:
+    """An expert bias added in bf16 by an eager loop over the rank's experts (NeMo AutoModel's
+    ``GroupedExpertsDeepEP._apply_bias``): the grouped GEMM's output split by expert, each piece plus its bias
+    row, the pieces concatenated. Forward, the add and the concatenation read and write the output once each
+    (8 bytes an element); backward, autograd's split gradient concatenates the pieces again (4) and each bias
+    gradient reduces them (2). The fc2 bias is first scaled by the tokens' router probabilities (``b * p``
+    writes a bias-sized product per token: 4 more forward), whose gradient adds a product and a reduction for
+    the bias and for the probabilities (10 more). Passes count 4 bytes an element: launches are one per local
+    expert a step (two for the scaled add; four in its backward) and the concatenation.
+    """
+    passes, bwd_passes, per_expert, bwd_per_expert = (3.0, 4.0, 2, 4) if scaled else (2.0, 1.5, 1, 1)
+    (y,) = b.vector(name, (x, bias), flops_per_elem=2 if scaled else 1, bwd_flops_per_elem=3 if scaled else 1,
+                    linear=True, eager_passes=passes, bwd_eager_passes=bwd_passes, kernels=(1, per_expert),
+                    bwd_kernels=(1, bwd_per_expert))
     return y
 
 

@@ -49,7 +49,7 @@ class Arch:
     lowp_gather: float = 0.0  # bytes an element of a low-precision GEMM's TP-gathered input moves (0: high precision)
     parallel_block: str = "off"  # off | shared_norm | two_norms (ModelSpec.parallel_block)
     rope_fusable: bool = True  # no YaRN scaling (ModelSpec.rope_mscale 1): a stack's fused RoPE kernel applies
-    expert_bias_fp32: bool = False  # experts' second bias added in fp32 outside the GEMM (Megatron-Core training)
+    expert_bias: str = "fused"  # experts' biases: fused (serving) | megatron (2nd in fp32, eager) | eager (both, bf16)
     expert_clamp: bool = False  # experts' gated-activation inputs clamped eagerly first (Megatron-Core training)
     expert_gemm_each: bool = False  # one GEMM kernel per local expert (FrameworkProfile.expert_gemms per_expert)
     qk_norm: bool = False  # per-head RMSNorm of queries and keys before RoPE (ModelSpec.qk_norm)

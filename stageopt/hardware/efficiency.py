@@ -127,6 +127,17 @@ FLASH_BACKWARD_EXECUTED_FLOPS = 2.5 / 2.0
 CUDNN_2024_SHARE = 0.88
 
 
+# PyTorch's FlexAttention (a Triton kernel torch.compile generates from a score/mask function) against the best
+# kernel of its GPU's generation, (forward, backward) throughput: on A100 it reaches 0.90 / 0.85 of FlashAttention-2
+# (PyTorch blog "FlexAttention: The Flexibility of PyTorch with the Performance of FlashAttention", 2024-08), on
+# H100 0.85 / 0.76 of FlashAttention-3 on average (Guessous, GTC 2025 session "FlexAttention: The Flexibility of
+# PyTorch With the Performance of FlashAttention", as the PyTorch blog's GTC 2025 listing quotes it; ~25% / ~3%
+# faster than FlashAttention-2 there). Keyed by the design of the GPU's best kernel: one that waits for its
+# exponentials (FlashAttention-2 class: Ampere) or one that hides them (FlashAttention-3 / cuDNN class: Hopper
+# and later, where Blackwell takes Hopper's ratio, unmeasured).
+FLEX_SHARE = {"fa2-class": (0.90, 0.85), "fa3-class": (0.85, 0.76)}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KernelEfficiency:
     """Asymptotic share of peak of one fused kernel family (flash attention forward or backward).
@@ -229,6 +240,11 @@ class GpuEfficiency:
         """Share of the softmax exponentials the stack's attention kernel (best | cudnn-2024 | fa2) runs under its
         matmuls."""
         return 0.0 if attention_kernel == "fa2" else self.exp_overlap
+
+    def flex_share(self, backward: bool) -> float:
+        """FlexAttention's throughput relative to this GPU's best attention kernel (:data:`FLEX_SHARE`)."""
+        forward_share, backward_share = FLEX_SHARE["fa3-class" if self.exp_overlap > 0 else "fa2-class"]
+        return backward_share if backward else forward_share
 
     @property
     def overlapped_rate(self) -> float:

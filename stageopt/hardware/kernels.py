@@ -124,7 +124,7 @@ class Kernels:
 def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best",
                    cuda_graphs: bool = False, wgrad_store_bytes: float | None = None,
                    fp8_recipe: str = "delayed") -> np.ndarray:
-    """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | cudnn-2024 | fa2).
+    """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | cudnn-2024 | fa2 | flex).
 
     With ``cuda_graphs`` the kernels are replayed from a CUDA graph: each pays
     ``graph_launch_us`` instead of the launch cost and no host dispatch time.
@@ -172,8 +172,12 @@ def _attention_seconds(hw: Hardware, kern: Kernels, attention_kernel: str, peak:
     block of keys more per query row and edge than the row keeps (``kern.n`` keys per row and call,
     ``kern.m`` edges). The tiles are the query rows x heads (``kept scores / kern.n``) over the tile side;
     their cost was measured on cuDNN, so a FlashAttention-2 kernel, whose share was measured whole, pays none.
+    FlexAttention was measured whole against the best kernel: it takes that kernel's time over its share.
     """
     gpu, eff = hw.gpu, hw.gpu.efficiency
+    if attention_kernel == "flex":
+        best = _attention_seconds(hw, kern, "best", peak, slowest)
+        return best / np.where(kern.backward, eff.flex_share(backward=True), eff.flex_share(backward=False))
     tile = eff.attention_tile
     keys = np.maximum(kern.n, 1.0)
     edge = np.where(kern.n > 0, 1.0 + 0.5 * tile * kern.m / keys, 1.0)

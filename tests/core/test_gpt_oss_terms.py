@@ -119,3 +119,26 @@ def test_hugging_face_yarn_scaling_gives_megatrons_concentration() -> None:
         from_hf_config({**base, "swiglu_limit": "seven"})
     with pytest.raises(ConfigError, match="rope_scaling.factor"):
         from_hf_config({**base, "rope_scaling": {**yarn, "factor": -2}})
+
+
+def _automodel_bytes(name: str, phase: str = "fwd") -> int:
+    work = workload_for("gpt-oss-120b", "tp=1 pp=1 dp=1 mbs=1 gbs=1", 1, framework="nemo-automodel-te", model_set=SMALL)
+    return next(n.tensor_size for n in build_stage_program(work, 0).nodes
+                if n.phase == phase and n.name.endswith(f":{name}"))
+
+
+def test_automodel_adds_expert_biases_eagerly_in_bf16_and_clamps_inside_its_compiled_activation() -> None:
+    """NeMo AutoModel's DeepEP experts (GroupedExpertsDeepEP._apply_bias, quick_geglu_deepep under torch.compile)."""
+    routed, half = T * K * H, T * K * H  # elements of the routed output and of one half of fc1's
+    # fc2 bias, per expert: bias x probabilities (write 2), add to the output (2 + 2 + 2), concatenation (2 + 2)
+    assert _automodel_bytes("expert.fc2_bias") == pytest.approx(12 * routed + 3 * 2 * E * H)
+    # backward: split's gradient concatenated (2 + 2); bias gradient: product with the probabilities (2 + 2) and its
+    # reduction (2); probability gradient: product with the bias (2 + 2) and its reduction (2)
+    assert _automodel_bytes("dexpert.fc2_bias", "bwd") == pytest.approx(16 * routed + 4 * 2 * E * H)
+    # fc1 bias, each half: add (2 + 2) and concatenation (2 + 2); backward, the concatenation (2 + 2) and the
+    # bias gradient's reduction (2)
+    assert _automodel_bytes("expert.gate_bias") == pytest.approx(8 * half + 2 * 2 * E * H)
+    assert _automodel_bytes("dexpert.up_bias", "bwd") == pytest.approx(6 * half + 1.5 * 2 * E * H)
+    work = workload_for("gpt-oss-120b", "tp=1 pp=1 dp=1 mbs=1 gbs=1", 1, framework="nemo-automodel-te",
+                        model_set=SMALL)
+    assert not any("clamp" in n.name for n in build_stage_program(work, 0).nodes)
