@@ -47,7 +47,13 @@ MEASURED_CEILINGS: dict[str, dict[str, float]] = {
                "gpu.efficiency.attention_forward.peak_fraction": 0.611},
     "a100": {"gpu.efficiency.attention_forward.peak_fraction": 0.73},
 }
-BACKWARD_TO_FORWARD = 0.75  # flash-attention backward vs forward throughput (FlashAttention-2/3 papers)
+# Flash-attention backward vs forward throughput (executed FLOPs, head dim 128), by the kernel a family's "best"
+# share describes. A100 (FlashAttention-2) and GPUs not measured: 0.75, the FlashAttention-2/3 papers. Hopper
+# (cuDNN): 0.84, what its kernel reaches alone (experiments/kernels/: 0.494 / 0.574 on an H100 and 0.506 / 0.611
+# on an H200 under PyTorch 2.11, 0.613 / 0.731 in cuDNN's own H200 benchmark: 0.86, 0.83, 0.84). Blackwell
+# (cuDNN): 0.71, cuDNN's own GB200 benchmark (0.504 / 0.712, `python experiments/kernels/attention_tiles.py`).
+BACKWARD_TO_FORWARD = 0.75
+MEASURED_BACKWARD_TO_FORWARD: dict[str, float] = {"hopper": 0.84, "blackwell": 0.71}
 REFERENCE_HEAD_DIM = 128  # the head dim of those papers' headline throughputs
 FAMILIES: dict[str, tuple[str, ...]] = {
     "a100": ("a100-80g", "a100-80g-jeanzay"),
@@ -65,9 +71,17 @@ def hw_set_for(values: Sequence[float], keys: Sequence[str], gpu: Gpu) -> list[s
     return out
 
 
+def backward_to_forward(gpu: Gpu) -> float:
+    """The backward/forward throughput ratio of ``gpu``'s best attention kernel (:data:`BACKWARD_TO_FORWARD`)."""
+    name = gpu.name.upper().split()
+    family = next((f for f, gpus in FAMILY_GPUS.items() if any(g in name for g in gpus)), None)
+    return MEASURED_BACKWARD_TO_FORWARD.get(family, BACKWARD_TO_FORWARD)
+
+
 def backward_share(forward: float, gpu: Gpu) -> float:
-    """The backward kernel's matmul share of peak that keeps the papers' backward/forward throughput
-    ratio at head dim 128, now that the kernel model prices the softmax exponentials apart.
+    """The backward kernel's matmul share of peak that keeps its kernel's backward/forward throughput
+    ratio at head dim 128 (:func:`backward_to_forward`), now that the kernel model prices the softmax
+    exponentials apart.
 
     Per forward model FLOP the exponentials take ``r = peak / (4 d exp_rate)`` of peak time; the
     backward kernel computes the same scores' exponentials over 2.5x the FLOPs (0.4 r per FLOP). The
@@ -77,7 +91,7 @@ def backward_share(forward: float, gpu: Gpu) -> float:
     r = gpu.peak("bf16") / (4 * REFERENCE_HEAD_DIM * gpu.exp_tops) if gpu.exp_tops else 0.0
     hidden = gpu.efficiency.exps_hidden("best")
     inclusive_forward = 1 / (1 / forward + r - hidden * min(1 / forward, r))
-    return 1 / (1 / (BACKWARD_TO_FORWARD * inclusive_forward) - (1 - hidden) * 0.4 * r)
+    return 1 / (1 / (backward_to_forward(gpu) * inclusive_forward) - (1 - hidden) * 0.4 * r)
 
 
 # GPU names (as hardware files spell them) of each family, for files that are not one of its presets.

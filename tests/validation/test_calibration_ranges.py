@@ -78,3 +78,18 @@ def test_flash_attention_2_shares_are_the_measured_ones():
     teton = load_hardware("h100-grand-teton").gpu.efficiency
     assert teton.attention_forward.fa2_peak_fraction == load_hardware("h100-sxm").gpu.efficiency \
         .attention_forward.fa2_peak_fraction
+
+
+def test_hoppers_backward_to_forward_tie_is_what_its_cudnn_kernel_reaches_alone():
+    """The tie between Hopper's fitted backward and forward attention shares is the ratio the cuDNN kernel's
+    timings give on an H100 and an H200 (each at the clock it ran), within their spread."""
+    from stageopt.validation.calibrate import MEASURED_BACKWARD_TO_FORWARD
+    kernels = _compare_kernels("attention.csv")
+    ratios = []
+    for gpu in ("h100", "h200"):
+        hw = load_hardware(f"{gpu}-sxm")
+        shares = kernels.attention_shares(hw, kernels.read(KERNELS / gpu, "attention"), 1.0)
+        forward, backward = (np.mean([v[0] for v in shares["cudnn", way]]) for way in ("fwd", "bwd"))
+        ratios.append(backward / forward)
+    assert min(ratios) - 0.01 <= MEASURED_BACKWARD_TO_FORWARD["hopper"] <= max(ratios) + 0.01
+    assert MEASURED_BACKWARD_TO_FORWARD["hopper"] == pytest.approx(np.mean(ratios), abs=0.01)
