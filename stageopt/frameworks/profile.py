@@ -27,14 +27,15 @@ FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")  # how FP8 casts are scaled (Me
 # Groups of elementwise ops a stack launches as one kernel (tags in stageopt.graph.templates);
 # "all" is a compiler (torch.compile) fusing every run of adjacent elementwise/norm ops.
 FUSION_GROUPS = ("bias_dropout_add", "bias_activation", "rope", "cross_entropy", "norm", "all", "qkv", "fc1",
-                 "squared_relu", "activation_clamp")
+                 "squared_relu", "activation_clamp", "expert_fc1")
 # "activation_clamp": the experts' input clamp (gpt-oss's swiglu_limit) runs inside their compiled activation
 # kernel rather than as eager clamps before it.
 # hp_grad.add_(lp_grad.to(fp32)): read the bf16 gradient (2), write its fp32 copy (4), read the copy and the
 # fp32 buffer (4 + 4), write the buffer (4). Zeroing the bf16 gradients first is left out (version-dependent).
 GRAD_CAST_ADD_BYTES = 18
 # "qkv" and "fc1" fuse GEMMs rather than elementwise ops: the query/key/value projections, and the
-# gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated).
+# gate and up projections of a gated MLP, run as one GEMM each (its output columns concatenated); "fc1" fuses the
+# routed experts' too, "expert_fc1" only theirs (a stack whose experts hold one gate-and-up weight, dense MLPs two).
 
 # The oldest NCCL release whose ring cost model stageopt holds (stageopt.hardware.nccl_protocols.NCCL_RELEASES).
 OLDEST_NCCL_RELEASE = (2, 8)

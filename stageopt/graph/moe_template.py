@@ -35,7 +35,7 @@ def moe(b: GraphBuilder, x: Tensor, arch: Arch) -> Tensor:
     expert = Layout.of(ep=Split(0), tp=Split(2)) if arch.expert_tp else Layout.of(ep=Split(0))
     expert_down = Layout.of(ep=Split(0), tp=Split(1)) if arch.expert_tp else Layout.of(ep=Split(0))
     each = {"kernels": (0, 1)} if arch.expert_gemm_each else {}  # one GEMM kernel per local expert
-    fc1 = {"gemm_group": "fc1", **each}
+    fc1 = {"gemm_group": "expert_fc1", **each}
     gate = b.einsum("expert.gate", "ech,ehf->ecf", (tokens, weight("we_gate", (E, H, FE), expert, "expert")),
                     extra=fc1)
     up = b.einsum("expert.up", "ech,ehf->ecf", (tokens, weight("we_up", (E, H, FE), expert, "expert")), extra=fc1)

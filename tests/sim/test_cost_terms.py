@@ -154,6 +154,31 @@ def test_megatron_fuses_qkv_and_fc1_gemms_but_eager_torch_does_not():
         assert (len(set(groups.tolist())) == 6) == fused and (len(groups) == 0) == (not fused)
 
 
+def test_routed_and_shared_experts_fuse_their_gate_and_up_apart():
+    """A DeepSeek-style MoE block under Megatron-Core: the shared expert's gate and up projections are one GEMM
+    and the routed experts' another (TEGroupedMLP's linear_fc1), never one GEMM of both. NeMo AutoModel fuses only
+    the routed experts' (gate_and_up_projs), and torchtitan neither (w1 and w3 apart)."""
+    from stageopt.graph.block import build_block
+    from stageopt.graph.fusion import gemm_groups
+
+    spec = load_model("deepseek-v3", ["layers=4", "dense_layers=1"])
+    for framework, expected in (("megatron-core", {"expert", "shared"}), ("nemo-automodel-te", {"expert"}),
+                                ("torchtitan", set())):
+        p = Plan.parse("tp=1 ep=8 mbs=1 gbs=8", gpus=None, framework=load_profile(framework))
+        graph = build_block("moe", arch_of(spec, p), "none")
+        ops = [op for op in graph.fwd if op.kind == "matmul"]
+        members: dict[int, set[str]] = {}
+        for op, label in zip(ops, gemm_groups(ops, arch_of(spec, p).fusions)):
+            if label >= 0:
+                members.setdefault(label, set()).add(op.name)
+        fused = {"expert" if names <= {"expert.gate", "expert.up"} else "shared" for names in members.values()
+                 if any(n.endswith((".gate", ".up")) for n in names)}
+        assert fused == expected, framework
+        for names in members.values():  # every fused GEMM is one module's gate and up
+            assert names in ({"expert.gate", "expert.up"}, {"shared.gate", "shared.up"}) or \
+                not any(n.endswith((".gate", ".up")) for n in names)
+
+
 @pytest.mark.parametrize("stack, forward, backward, launches", [
     ("megatron-lm-2021", 38, 14, (6, 1)),  # cast, max, subtract, exp, sum, normalise; product, cast back
     ("torchtitan", 22, 26, (3, 3)),  # cast, log-softmax, NLL; zero fill, log-softmax gradient, cast back
