@@ -69,10 +69,10 @@ class FrameworkProfile:
     or ``fa2`` (FlashAttention-2, as PyTorch SDPA's flash backend ships; the
     GPU's ``attention_*.fa2_peak_fraction``, measured, or ``fa2_attention_scale``
     of the best share where it is not) or ``flex`` (PyTorch's FlexAttention, its measured share of the best
-    kernel: :data:`stageopt.hardware.efficiency.FLEX_SHARE`). ``attention_unpad``: the stack calls FlashAttention's variable-length
-    kernel through its padding helpers (flash_attn.bert_padding: a gather of the query, key and value rows
-    before, a zero-filled scatter of the output after, and their transposes in backward), as llm-foundry's
-    attn_impl flash does. ``fusions`` lists the elementwise fusion
+    kernel: :data:`stageopt.hardware.efficiency.FLEX_SHARE`). ``attention_unpad``: the stack calls
+    FlashAttention's variable-length kernel through its padding helpers (flash_attn.bert_padding: a gather
+    of the query, key and value rows before, a zero-filled scatter of the output after, and their transposes
+    in backward), as llm-foundry's attn_impl flash does. ``fusions`` lists the elementwise fusion
     groups the stack launches as one kernel (:data:`FUSION_GROUPS`). ``pipeline_scatter_gather`` sends only a
     1/tp shard of each pipeline activation when sequence parallelism is off,
     re-gathered over NVLink on arrival (Megatron-LM since 2021).

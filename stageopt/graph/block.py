@@ -231,7 +231,7 @@ def arch_of(model, plan) -> Arch:
                 expert_tp=plan.etp == 0, tp_regather=stack.sp_saves_shard,
                 lowp_gather=float(plan.dtype_bytes) if plan.dtype in LOW_PRECISION_RECIPES else 0.0,
                 parallel_block=model.parallel_block, rope_fusable=model.rope_mscale == 1,
-                expert_bias=stack.expert_bias,
-                expert_clamp=model.activation_clamp > 0 and "activation_clamp" not in stack.fusions, qk_norm=model.qk_norm,
+                expert_bias=stack.expert_bias, qk_norm=model.qk_norm,
+                expert_clamp=model.activation_clamp > 0 and "activation_clamp" not in stack.fusions,
                 loss=stack.cross_entropy, attention_unpad=stack.attention_unpad,
                 expert_gemm_each=stack.expert_gemms == "per_expert")

@@ -97,8 +97,8 @@ def group_label(first: int, axis: int) -> int:
 def gemm_groups(ops: Sequence[Op], enabled: Iterable[str]) -> list[int]:
     """For each op, the label of the fused GEMM it belongs to (-1: not part of one).
 
-    Matmuls tagged with an enabled ``gemm_group`` (``qkv``, ``fc1``, ``expert_fc1``, which ``fc1`` implies; their backward
-    data- and weight-gradient GEMMs carry ``qkv/dgrad`` etc.) run as one GEMM per
+    Matmuls tagged with an enabled ``gemm_group`` (``qkv``, ``fc1``, ``expert_fc1``, which ``fc1`` implies;
+    their backward data- and weight-gradient GEMMs carry ``qkv/dgrad`` etc.) run as one GEMM per
     phase, their output columns (forward), contracted columns (data gradient) or
     output rows (weight gradient) concatenated; the kernel model prices the group
     as that GEMM and shares its time out by FLOPs. Labels are :func:`group_label`.

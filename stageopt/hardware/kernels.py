@@ -124,7 +124,8 @@ class Kernels:
 def kernel_seconds(hw: Hardware, dtype: str, kern: Kernels, attention_kernel: str = "best",
                    cuda_graphs: bool = False, wgrad_store_bytes: float | None = None,
                    fp8_recipe: str = "delayed") -> np.ndarray:
-    """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's (best | cudnn-2024 | fa2 | flex).
+    """Seconds per kernel (see the module docstring); ``attention_kernel`` is the stack's
+    (best | cudnn-2024 | fa2 | flex).
 
     With ``cuda_graphs`` the kernels are replayed from a CUDA graph: each pays
     ``graph_launch_us`` instead of the launch cost and no host dispatch time.
