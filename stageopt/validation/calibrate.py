@@ -73,9 +73,7 @@ def hw_set_for(values: Sequence[float], keys: Sequence[str], gpu: Gpu) -> list[s
 
 def backward_to_forward(gpu: Gpu) -> float:
     """The backward/forward throughput ratio of ``gpu``'s best attention kernel (:data:`BACKWARD_TO_FORWARD`)."""
-    name = gpu.name.upper().split()
-    family = next((f for f, gpus in FAMILY_GPUS.items() if any(g in name for g in gpus)), None)
-    return MEASURED_BACKWARD_TO_FORWARD.get(family, BACKWARD_TO_FORWARD)
+    return MEASURED_BACKWARD_TO_FORWARD.get(family_of_gpu(gpu), BACKWARD_TO_FORWARD)
 
 
 def backward_share(forward: float, gpu: Gpu) -> float:
@@ -104,8 +102,13 @@ def gpu_family(run: PreparedRun) -> str | None:
     for family, presets in FAMILIES.items():
         if run.run.hardware in presets:
             return family
-    name = run.hardware.gpu.name.upper()
-    return next((f for f, gpus in FAMILY_GPUS.items() if any(g in name.split() for g in gpus)), None)
+    return family_of_gpu(run.hardware.gpu)
+
+
+def family_of_gpu(gpu: Gpu) -> str | None:
+    """The GPU family a GPU's name says (:data:`FAMILY_GPUS`); None for a GPU of no calibrated family."""
+    name = gpu.name.upper().split()
+    return next((f for f, gpus in FAMILY_GPUS.items() if any(g in name for g in gpus)), None)
 
 
 def fitted_ranges(runs: Sequence[PreparedRun]) -> list[tuple[str, float, float]]:
