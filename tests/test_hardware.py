@@ -39,6 +39,7 @@ SPEC = {
     "h200-sxm": (989.4, 141, 450, 8, 50),
     "b200": (2250, 180, 900, 8, 50),
     "gb200-nvl72": (2500, 186, 900, 72, 50),
+    "gb300-nvl72": (2500, 279, 900, 72, 100),
     "mi300x": (1307.4, 192, 448, 8, 50),
 }
 
@@ -64,6 +65,34 @@ def test_a_power_limit_slows_tensor_cores_by_the_clock_law_and_leaves_hbm_alone(
     assert ratio == pytest.approx(expected, rel=1e-9)
     assert capped.gpu.vector_time_s(1e9) == full.gpu.vector_time_s(1e9)
     assert apply_hw_overrides(full, ["gpu.power_limit_w=800"]).gpu.clock_fraction() == 1.0  # above TDP: no boost
+
+
+def test_gb300s_power_headroom_over_gb200_follows_the_clock_law_per_sm() -> None:
+    """GB300 quotes GB200's dense peaks (148 SMs, 1,200 W) with 160 SMs at 1,400 W: by the clock law on power
+    per SM its tensor cores sustain (160/148) x ((1400/160)/(1200/148))^0.63 = 1.1342x as much (by hand), so a
+    tensor-bound GEMM takes 1/1.1342 of GB200's time at the same fitted share; MFU stays against the quoted peak."""
+    gb300, gb200 = load_hardware("gb300-nvl72").gpu, load_hardware("gb200-nvl72").gpu
+    by_hand = (160 / 148) * ((1400 / 160) / (1200 / 148)) ** 0.63
+    assert by_hand == pytest.approx(1.1342, abs=1e-4)
+    assert gb300.power_headroom() == pytest.approx(by_hand)
+    assert gb200.power_headroom() == 1.0
+    assert gb300.sustained_peak("fp8") == pytest.approx(5000 * by_hand)
+    assert gb300.peak("fp8") == gb200.peak("fp8") == 5000
+    same = apply_hw_overrides(load_hardware("gb300-nvl72"), ["gpu.efficiency.matmul.fp8_peak_fraction=0.5",
+                                                            "gpu.efficiency.launch_us=1"])
+    base = apply_hw_overrides(load_hardware("gb200-nvl72"), ["gpu.efficiency.matmul.fp8_peak_fraction=0.5",
+                                                            "gpu.efficiency.launch_us=1"])
+    m = n = k = 16384  # whole waves on both: 128 x 64 tiles of 128x256 over 148 or 160 SMs
+    gemm = Kernels(code=np.array([0]), flops=np.array([2.0 * m * n * k]), nbytes=np.array([0.0]),
+                   m=np.array([m]), n=np.array([n]), k=np.array([k]), batch=np.array([1]), precision=np.array([2]),
+                   backward=np.array([False]), count=np.array([1]))
+    t300, t200 = (kernel_seconds(hw, "fp8", gemm)[0] for hw in (same, base))
+    assert t300 < t200 / 1.05  # the headroom shows through the whole kernel model
+
+
+def test_a_quoted_peak_reference_needs_both_fields_and_a_tdp() -> None:
+    with pytest.raises(ConfigError, match="peak_quoted_w and peak_quoted_sms go together"):
+        apply_hw_overrides(load_hardware("gb300-nvl72"), ["gpu.peak_quoted_sms=null"])
 
 
 def test_a_power_limit_without_a_tdp_is_refused_naming_the_field() -> None:

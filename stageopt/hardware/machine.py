@@ -98,12 +98,21 @@ class Gpu:
     host_link_gbps: float | None = field(default=None, metadata=bounds(
         gt=0, doc="GPU-to-host copy bandwidth per GPU per direction, GB/s (PCIe, NVLink-C2C): activation "
                   "offloading moves saved tensors over it; null: unknown, offloading refused"))
+    peak_quoted_w: float | None = field(default=None, metadata=bounds(
+        gt=0, doc="board power of the part whose dense peaks this part's datasheet repeats (GB300 quotes GB200's "
+                  "at 1,200 W while it draws 1,400): its power headroom raises the sustained clock; null: its own"))
+    peak_quoted_sms: int | None = field(default=None, metadata=bounds(
+        ge=1, doc="SM count of that part (GB200: 148); with peak_quoted_w"))
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.power_limit_w is not None and self.tdp_w is None:
             raise ConfigError(f"gpu {self.name}: power_limit_w needs tdp_w (the board power its efficiency "
                               f"fractions hold at); set gpu.tdp_w")
+        if (self.peak_quoted_w is None) != (self.peak_quoted_sms is None) or (
+                self.peak_quoted_w is not None and self.tdp_w is None):
+            raise ConfigError(f"gpu {self.name}: peak_quoted_w and peak_quoted_sms go together, with tdp_w; "
+                              f"set all three or neither")
 
     def clock_fraction(self) -> float:
         """Share of the TDP-level sustained clock the tensor cores keep under ``power_limit_w``.
@@ -114,10 +123,22 @@ class Gpu:
             return 1.0
         return min(1.0, self.power_limit_w / self.tdp_w) ** POWER_CLOCK_EXPONENT
 
+    def power_headroom(self) -> float:
+        """Sustained tensor throughput over that of the part whose peaks this part's datasheet repeats
+        (``peak_quoted_w``, ``peak_quoted_sms``), at equal quoted peaks: the clock law of
+        :data:`POWER_CLOCK_EXPONENT` on power per SM, times the SM count. 1 without them.
+
+        GB300 against GB200: (160 / 148) x ((1,400 / 160) / (1,200 / 148)) ** 0.63 = 1.134.
+        """
+        if self.peak_quoted_w is None or self.peak_quoted_sms is None or self.tdp_w is None:
+            return 1.0
+        per_sm = (self.tdp_w / self.sm_count) / (self.peak_quoted_w / self.peak_quoted_sms)
+        return self.sm_count / self.peak_quoted_sms * per_sm ** POWER_CLOCK_EXPONENT
+
     def sustained_peak(self, dtype: DType = "bf16") -> float:
-        """Dense peak TFLOP/s at the clock the power limit allows (what kernels are priced against;
-        MFU stays against :meth:`peak`)."""
-        return self.peak(dtype) * self.clock_fraction()
+        """Dense peak TFLOP/s at the clock the power limit allows and the power headroom gives (what kernels
+        are priced against; MFU stays against :meth:`peak`)."""
+        return self.peak(dtype) * self.clock_fraction() * self.power_headroom()
 
     def exp_seconds(self, exps):
         """Seconds the special-function units take for ``exps`` exponentials (at the power-limited clock)."""

@@ -58,7 +58,7 @@ REFERENCE_HEAD_DIM = 128  # the head dim of those papers' headline throughputs
 FAMILIES: dict[str, tuple[str, ...]] = {
     "a100": ("a100-80g", "a100-80g-jeanzay"),
     "hopper": ("h100-sxm", "h100-grand-teton", "h200-sxm"),
-    "blackwell": ("b200", "gb200-nvl72"),
+    "blackwell": ("b200", "gb200-nvl72", "gb300-nvl72"),
 }
 
 
@@ -94,7 +94,7 @@ def backward_share(forward: float, gpu: Gpu) -> float:
 
 # GPU names (as hardware files spell them) of each family, for files that are not one of its presets.
 FAMILY_GPUS: dict[str, tuple[str, ...]] = {"a100": ("A100",), "hopper": ("H100", "H200"),
-                                           "blackwell": ("B200", "GB200")}
+                                           "blackwell": ("B200", "GB200", "B300", "GB300")}
 
 
 def gpu_family(run: PreparedRun) -> str | None:
