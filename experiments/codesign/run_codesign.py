@@ -73,7 +73,7 @@ def _plot_a(records: list[dict], front: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for gpu in ("h100-sxm", "b200", "gb200-nvl72", "gb300-nvl72"):
+    for gpu in dict.fromkeys(r["hardware"].split()[0] for r in records):  # the space's systems, in its order
         pts = [r for r in records if r["hardware"].split()[0] == gpu]
         ax.scatter([r["iteration_time_s"] for r in pts], [r["usd_per_mtok"] for r in pts], s=8, alpha=0.5, label=gpu)
     ax.plot([r["iteration_time_s"] for r in front], [r["usd_per_mtok"] for r in front], "k-o", ms=4, label="Pareto front")
